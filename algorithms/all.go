@@ -1,0 +1,62 @@
+package algorithms
+
+// Dim is one dimension of a multi-dimension limit for [All]: an algorithm, the
+// state of its key, and the cost of the request in that dimension's units
+// (for example 1 request, or 700 tokens).
+type Dim struct {
+	Alg   Algorithm
+	State State
+	Cost  int64
+}
+
+// AllDecision is the outcome of [All].
+type AllDecision struct {
+	Decision
+	// Binding is the index of the dimension that determined the decision: the
+	// one whose earliest conforming instant was latest (the first such
+	// dimension on a tie). On a cost error, the dimension that refused it.
+	Binding int
+}
+
+// All reserves cost in every dimension at once, or in none. The request
+// departs at the earliest instant at which every dimension conforms (the
+// latest of their earliest instants: conformance never lapses by waiting, for
+// every algorithm here). It is admitted when that instant is no further away
+// than the smallest MaxWait of the dimensions, and then every dimension
+// commits the same departure; otherwise nothing is written.
+//
+// The new states are written back into dims[i].State, which may share the
+// backing arrays of the old ones. On refusal and on error they are untouched.
+// Decision.Remaining and Decision.ResetAfter are those of the binding
+// dimension. All panics if dims is empty.
+func All(dims []Dim, now float64) (AllDecision, error) {
+	if len(dims) == 0 {
+		panic("throttlekit: algorithms.All with no dimensions")
+	}
+	if !finite(now) {
+		return AllDecision{}, ErrInvalidTime
+	}
+	maxWait := dims[0].Alg.MaxWait()
+	for i := range dims {
+		if err := dims[i].Alg.ValidateCost(dims[i].Cost); err != nil {
+			return AllDecision{Binding: i}, err
+		}
+		maxWait = min(maxWait, dims[i].Alg.MaxWait())
+	}
+	at, binding := now, 0
+	for i := range dims {
+		if t := dims[i].Alg.Earliest(dims[i].State, now, dims[i].Cost); t > at {
+			at, binding = t, i
+		}
+	}
+	b := &dims[binding]
+	if wait := at - now; wait > maxWait {
+		rem, reset := b.Alg.Status(b.State, now)
+		return AllDecision{Decision{RetryAfter: Duration(wait - maxWait), Remaining: units(rem), ResetAfter: Duration(reset)}, binding}, nil
+	}
+	for i := range dims {
+		dims[i].State = dims[i].Alg.Commit(dims[i].State, now, at, dims[i].Cost)
+	}
+	rem, reset := b.Alg.Status(b.State, now)
+	return AllDecision{Decision{Allowed: true, Delay: Duration(at - now), Remaining: units(rem), ResetAfter: Duration(reset)}, binding}, nil
+}

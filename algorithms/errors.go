@@ -1,0 +1,64 @@
+package algorithms
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error this package returns matches exactly one of
+// them with errors.Is.
+var (
+	// ErrInvalidConfig is matched by every *ConfigError.
+	ErrInvalidConfig = errors.New("throttlekit: invalid configuration")
+	// ErrInvalidCost is matched by every *CostError.
+	ErrInvalidCost = errors.New("throttlekit: invalid cost")
+	// ErrInvalidTime is returned when a transition is given a NaN or infinite instant.
+	ErrInvalidTime = errors.New("throttlekit: invalid time (NaN or infinite)")
+)
+
+// ConfigError reports a configuration value that a constructor refused.
+type ConfigError struct {
+	Algorithm string // e.g. "gcra"
+	Field     string // e.g. "Count"
+	Value     any    // the value given
+	Reason    string // what was expected
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("throttlekit: %s: invalid %s %v: %s", e.Algorithm, e.Field, e.Value, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidConfig) true.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// CostError reports a cost that a transition refused before looking at state.
+// Nothing is consumed.
+type CostError struct {
+	Algorithm string
+	Cost      int64
+	Reason    string
+}
+
+func (e *CostError) Error() string {
+	return fmt.Sprintf("throttlekit: %s: invalid cost %d: %s", e.Algorithm, e.Cost, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidCost) true.
+func (e *CostError) Unwrap() error { return ErrInvalidCost }
+
+// maxExactCost is the largest cost whose float64 conversion is exact (2^53).
+const maxExactCost = 1 << 53
+
+// checkCost applies the checks every algorithm shares: cost >= 1, cost exactly
+// representable, and cost <= limit (the most one request can ever be granted).
+func checkCost(alg string, cost int64, limit float64, what string) error {
+	switch {
+	case cost <= 0:
+		return &CostError{alg, cost, "must be >= 1"}
+	case cost > maxExactCost:
+		return &CostError{alg, cost, "must be <= 2^53"}
+	case float64(cost) > limit:
+		return &CostError{alg, cost, fmt.Sprintf("exceeds %s %v and could never be admitted", what, limit)}
+	}
+	return nil
+}

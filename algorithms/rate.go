@@ -1,0 +1,73 @@
+package algorithms
+
+import (
+	"fmt"
+	"time"
+)
+
+// Rate is the contract of the rate-based algorithms: Count units per Period,
+// with up to Burst units admitted back to back. Count may be fractional (7 per
+// 3 s is Count 7, Period 3*time.Second).
+type Rate struct {
+	Count  float64
+	Period time.Duration
+	Burst  int64
+}
+
+// MinInterval is the shortest emission interval (Period/Count) accepted: 10 µs,
+// that is at most 100,000 units per second per key. Times are float64
+// milliseconds, whose resolution near the present is about 0.24 µs; at this
+// bound the interval is still represented to within 0.3 %.
+const MinInterval = 10 * time.Microsecond
+
+// MaxInterval is the longest emission interval accepted: one unit per 10,000
+// days. Slower contracts are quotas (see [NewQuota]).
+const MaxInterval = 10000 * 24 * time.Hour
+
+// MinWindow is the shortest window (or sub-bucket) the window algorithms accept.
+const MinWindow = time.Millisecond
+
+// validateRate checks count and period and returns the interval Period/Count in
+// milliseconds.
+func validateRate(alg string, count float64, period time.Duration) (float64, error) {
+	if !finite(count) || count <= 0 {
+		return 0, &ConfigError{alg, "Count", count, "must be a finite number > 0"}
+	}
+	if period <= 0 {
+		return 0, &ConfigError{alg, "Period", period, "must be > 0"}
+	}
+	t := DurationMillis(period) / count
+	if !finite(t) || t > DurationMillis(MaxInterval) {
+		return 0, &ConfigError{alg, "Count", count, fmt.Sprintf("rate %v per %v is below the minimum of one unit per %v", count, period, MaxInterval)}
+	}
+	if t < DurationMillis(MinInterval) {
+		return 0, &ConfigError{alg, "Count", count, fmt.Sprintf("rate %v per %v is above the maximum of one unit per %v", count, period, MinInterval)}
+	}
+	return t, nil
+}
+
+func validateBurst(alg string, burst int64) (float64, error) {
+	if burst < 1 || burst > maxExactCost {
+		return 0, &ConfigError{alg, "Burst", burst, "must be between 1 and 2^53"}
+	}
+	return float64(burst), nil
+}
+
+// validateCount checks the limit of a window algorithm or a quota.
+func validateCount(alg string, limit float64) error {
+	if !finite(limit) || limit < 1 || limit > maxExactCost {
+		return &ConfigError{alg, "Count", limit, "must be a finite number between 1 and 2^53"}
+	}
+	return nil
+}
+
+// validateLimit checks a window limit and a window length.
+func validateLimit(alg string, limit float64, window time.Duration) error {
+	if err := validateCount(alg, limit); err != nil {
+		return err
+	}
+	if window < MinWindow {
+		return &ConfigError{alg, "Period", window, fmt.Sprintf("window must be at least %v", MinWindow)}
+	}
+	return nil
+}
