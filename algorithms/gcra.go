@@ -81,6 +81,9 @@ func (g *GCRA) MaxWait() float64 { return g.maxWait }
 // above Burst for GCRA, or whose delay on a cold key would exceed MaxQueue for
 // the shaper.
 func (g *GCRA) ValidateCost(cost int64) error {
+	if cost >= 1 && float64(cost) <= g.maxCost {
+		return nil // the common case, without building an error message
+	}
 	what := "the burst"
 	if g.maxWait > 0 {
 		what = fmt.Sprintf("the most that fits in MaxQueue %v", Duration(g.maxWait))

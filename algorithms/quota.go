@@ -82,7 +82,9 @@ func Rolling(window time.Duration, buckets int) Cadence {
 // A clock that steps back into an earlier period keeps counting in the period
 // it has stored.
 //
-// State layout: [period start (ms), used] (Rolling: as [SlidingWindow]).
+// State layout: [period start (ms), used, period end (ms)] (Rolling: as
+// [SlidingWindow]). Storing the end lets a request inside the stored period
+// skip the calendar arithmetic.
 type Quota struct {
 	limit   float64
 	cadence Cadence
@@ -153,13 +155,14 @@ func (q *Quota) Bounds(t float64) (start, end float64) {
 	return float64(first*dayMillis) - c.offset, float64(next*dayMillis) - c.offset
 }
 
-// current returns the period in force at now and its usage.
-func (q *Quota) current(st State, now float64) (start, used float64) {
-	start, _ = q.Bounds(now)
-	if len(st) < 2 || start > st[0] {
-		return start, 0
+// current returns the period in force at now and its usage. A clock that
+// stepped back before the stored period keeps the stored period.
+func (q *Quota) current(st State, now float64) (start, used, end float64) {
+	if len(st) == 3 && now < st[2] {
+		return st[0], st[1], st[2]
 	}
-	return st[0], st[1]
+	start, end = q.Bounds(now)
+	return start, 0, end
 }
 
 // Earliest returns now if cost fits in the current period, else its end.
@@ -167,11 +170,10 @@ func (q *Quota) Earliest(st State, now float64, cost int64) float64 {
 	if q.rolling != nil {
 		return q.rolling.Earliest(st, now, cost)
 	}
-	start, used := q.current(st, now)
+	_, used, end := q.current(st, now)
 	if used+float64(cost) <= q.limit {
 		return now
 	}
-	_, end := q.Bounds(start)
 	return end
 }
 
@@ -180,8 +182,13 @@ func (q *Quota) Commit(st State, now, at float64, cost int64) State {
 	if q.rolling != nil {
 		return q.rolling.Commit(st, now, at, cost)
 	}
-	start, used := q.current(st, now)
-	return set2(st, start, used+float64(cost))
+	start, used, end := q.current(st, now)
+	if cap(st) < 3 {
+		return append(st[:0], start, used+float64(cost), end)
+	}
+	st = st[:3]
+	st[0], st[1], st[2] = start, used+float64(cost), end
+	return st
 }
 
 // Status returns what is left in the current period and the time until it ends.
@@ -189,10 +196,9 @@ func (q *Quota) Status(st State, now float64) (remaining, resetAfter float64) {
 	if q.rolling != nil {
 		return q.rolling.Status(st, now)
 	}
-	start, used := q.current(st, now)
+	_, used, end := q.current(st, now)
 	if used == 0 {
 		return q.limit, 0
 	}
-	_, end := q.Bounds(start)
 	return q.limit - used, end - now
 }

@@ -12,7 +12,9 @@ import "time"
 // back never stamps an entry earlier than the newest one: the entry expires
 // later, so it never over-admits.
 //
-// State layout: [ts1, cost1, ts2, cost2, ...] in ascending time (ms).
+// State layout: [total cost of the entries, ts1, cost1, ts2, cost2, ...] in
+// ascending time (ms). The running total makes a call cost O(expired entries)
+// rather than O(entries).
 type SlidingLog struct {
 	limit  float64
 	window float64
@@ -38,16 +40,16 @@ func (l *SlidingLog) ValidateCost(cost int64) error {
 }
 
 // live returns the index of the first entry still in the window at now and
-// the total cost of the live entries.
+// the total cost of the live entries. Entries are in time order, so only the
+// expired ones at the front are visited.
 func (l *SlidingLog) live(st State, now float64) (first int, used float64) {
-	first = len(st)
-	for i := 0; i+1 < len(st); i += 2 {
-		if st[i]+l.window > now {
-			if first == len(st) {
-				first = i
-			}
-			used += st[i+1]
-		}
+	if len(st) == 0 {
+		return 0, 0
+	}
+	used, first = st[0], 1
+	for first+1 < len(st) && st[first]+l.window <= now {
+		used -= st[first+1]
+		first += 2
 	}
 	return first, used
 }
@@ -70,16 +72,19 @@ func (l *SlidingLog) Earliest(st State, now float64, cost int64) float64 {
 
 // Commit drops expired entries and appends (or merges) the new one.
 func (l *SlidingLog) Commit(st State, now, at float64, cost int64) State {
-	first, _ := l.live(st, now)
-	n := copy(st, st[first:])
+	first, used := l.live(st, now)
+	c := float64(cost)
+	if len(st) == 0 {
+		return append(st, c, now, c)
+	}
+	n := 1 + copy(st[1:], st[first:])
 	st = st[:n]
-	stamp := now
-	if n >= 2 && st[n-2] >= stamp {
-		stamp = st[n-2]
-		st[n-1] += float64(cost)
+	st[0] = used + c
+	if n >= 3 && st[n-2] >= now { // same instant, or the clock stepped back: merge, never stamp earlier
+		st[n-1] += c
 		return st
 	}
-	return append(st, stamp, float64(cost))
+	return append(st, now, c)
 }
 
 // Status returns limit minus the live cost and the time until the newest entry expires.
