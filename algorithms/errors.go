@@ -24,6 +24,7 @@ type ConfigError struct {
 	Reason    string // what was expected
 }
 
+// Error says which algorithm refused which field, the value, and what was expected.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("throttlekit: %s: invalid %s %v: %s", e.Algorithm, e.Field, e.Value, e.Reason)
 }
@@ -39,6 +40,7 @@ type CostError struct {
 	Reason    string
 }
 
+// Error says which algorithm refused the cost and why.
 func (e *CostError) Error() string {
 	return fmt.Sprintf("throttlekit: %s: invalid cost %d: %s", e.Algorithm, e.Cost, e.Reason)
 }

@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -55,29 +56,25 @@ func TestLeakyBucketQueues(t *testing.T) {
 // and the next reservation gets the slot it would have had.
 func TestLeakyBucketExactSlots(t *testing.T) {
 	t.Parallel()
-	g := must(NewLeakyBucket(Rate{Count: 100, Period: time.Second, Burst: 1}, 10*time.Second))
+	// MaxQueue 9.99 s holds exactly the slots 0, 10 ms, ..., 9.99 s.
+	g := must(NewLeakyBucket(Rate{Count: 100, Period: time.Second, Burst: 1}, 9990*time.Millisecond))
 	var st State
-	var d Decision
-	var err error
 	for k := range 1000 {
-		if k == 1000-1 {
-			break
-		}
+		var d Decision
+		var err error
 		st, d, err = Reserve(g, st, t0, 1)
-		if err != nil || !d.Allowed || d.Delay != time.Duration(k)*10*time.Millisecond {
-			t.Fatalf("reservation %d: %+v, %v; want delay %v", k, d, err, time.Duration(k)*10*time.Millisecond)
+		if want := time.Duration(k) * 10 * time.Millisecond; err != nil || !d.Allowed || d.Delay != want {
+			t.Fatalf("reservation %d: %+v, %v; want delay exactly %v", k, d, err, want)
 		}
 	}
-	// Reservation 999 would wait 9.99 s: fits. Make MaxQueue bind with a tighter shaper on the same state.
-	tight := must(NewLeakyBucket(Rate{Count: 100, Period: time.Second, Burst: 1}, 9980*time.Millisecond))
-	before := append(State(nil), st...)
-	st, d, err = Reserve(tight, st, t0, 1)
+	before := slices.Clone(st)
+	st, d, err := Reserve(g, st, t0, 1)
 	if err != nil || d.Allowed || d.RetryAfter != 10*time.Millisecond || !sameState(before, st) {
-		t.Fatalf("over MaxQueue: %+v, %v, state %v -> %v; want refused, retry 10ms, state unchanged", d, err, before, st)
+		t.Fatalf("the 1,001st (10 s away): %+v, %v, state %v -> %v; want refused, retry 10ms, nothing written", d, err, before, st)
 	}
-	st, d, err = Reserve(g, st, t0, 1)
+	_, d, err = Reserve(g, st, t0+10, 1)
 	if err != nil || !d.Allowed || d.Delay != 9990*time.Millisecond {
-		t.Fatalf("after the refusal: %+v, %v; want the slot at 9.99 s", d, err)
+		t.Fatalf("10 ms later: %+v, %v; want the slot at t0+10s that the refused one would have had", d, err)
 	}
 }
 

@@ -1,0 +1,50 @@
+# ThrottleKit for Go. `make test` is what CI runs (.ci/run); `make demo` shows
+# the main job on the in-memory math. See README.md.
+
+GO          ?= go
+FUZZTIME    ?= 30s
+BENCHTIME   ?= 1s
+# staticcheck is pinned here and run with `go run`, so it never enters go.mod.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: test fmt-check vet demo bench fuzz cover lint
+
+## test: gofmt check, go vet, then every test under the race detector. Fuzz
+## targets run their seed corpora (f.Add and testdata/fuzz) as ordinary tests;
+## every example program is compiled by vet and test.
+test: fmt-check vet
+	$(GO) test -race -count=1 ./...
+
+fmt-check:
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+## demo: pace calls against a contract on the real clock and report what a
+## partner would see (about 5 seconds).
+demo:
+	$(GO) run ./examples/pacing
+
+## bench: every benchmark with allocation counts.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+## fuzz: a real fuzzing run of FUZZTIME for every fuzz target, one at a time.
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$target ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+## cover: test coverage per function, total last.
+cover:
+	$(GO) test -count=1 -coverprofile=coverage.out ./...
+	$(GO) tool cover -func=coverage.out | tail -n 25
+
+## lint: staticcheck at the pinned version.
+lint:
+	$(GO) run $(STATICCHECK) ./...
