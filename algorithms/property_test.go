@@ -66,6 +66,9 @@ func simulate(s subject, events []event) ([]timedDeparture, bool, error) {
 				return nil, false, fmt.Errorf("event %d: state %v is not finite", i, next)
 			}
 		}
+		if err := coldAfterReset(s, next, reading, d.ResetAfter, e.cost); err != nil {
+			return nil, false, fmt.Errorf("event %d: %v", i, err)
+		}
 		if !d.Allowed {
 			if !sameState(before, next) {
 				return nil, false, fmt.Errorf("event %d: denial changed state %v -> %v", i, before, next)
@@ -83,6 +86,19 @@ func simulate(s subject, events []event) ([]timedDeparture, bool, error) {
 		st = next
 	}
 	return deps, monotone, nil
+}
+
+// coldAfterReset checks (d): once ResetAfter has passed, the key decides
+// exactly as a cold key would (this is what eviction and Redis TTLs rely on).
+// It probes a microsecond later to absorb float rounding.
+func coldAfterReset(s subject, st State, now float64, reset time.Duration, cost int64) error {
+	at := now + DurationMillis(reset) + 1e-3
+	_, got, _ := Reserve(s.alg, slices.Clone(st), at, cost)
+	_, want, _ := Reserve(s.alg, nil, at, cost)
+	if got != want {
+		return fmt.Errorf("ResetAfter %v: state %v decides %+v, a cold key %+v", reset, st, got, want)
+	}
+	return nil
 }
 
 // slack absorbs float64 rounding of departure instants (times are float64 ms,
@@ -275,7 +291,8 @@ func TestInvariantsOnRandomTimelines(t *testing.T) {
 
 // FuzzInvariants: over any timeline of steps (including backward) and costs,
 // (a) a denial never changes state, (b) the admitted cost in every window
-// stays within the contract, (c) every decision is finite, every delay >= 0.
+// stays within the contract, (c) every decision is finite, every delay >= 0,
+// (d) after ResetAfter the key decides as a cold key.
 func FuzzInvariants(f *testing.F) {
 	for kind := range uint8(7) {
 		f.Add(kind, uint16(3), uint16(2), []byte{3, 0, 0, 3, 0, 0, 19, 1, 1, 35, 200, 200, 0, 10, 10, 3, 255, 255})

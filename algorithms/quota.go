@@ -125,7 +125,8 @@ func (q *Quota) ValidateCost(cost int64) error {
 	return checkCost("quota", cost, q.limit, "the limit")
 }
 
-// Bounds returns the start and end (ms) of the period containing t.
+// Bounds returns the start and end (ms) of the period containing t. For a
+// rolling cadence that is the trailing window (t-window, t].
 func (q *Quota) Bounds(t float64) (start, end float64) {
 	c := &q.cadence
 	switch c.kind {
@@ -133,7 +134,7 @@ func (q *Quota) Bounds(t float64) (start, end float64) {
 		start = c.anchor + float64(math.Floor((t-c.anchor)/c.period)*c.period)
 		return start, start + c.period
 	case cadenceRolling:
-		return t, t + c.period
+		return t - c.period, t
 	}
 	day := math.Floor((t + c.offset) / dayMillis)
 	var first, next float64

@@ -134,6 +134,9 @@ func TestQuotaTable(t *testing.T) {
 func TestQuotaRollingUsesSlidingBuckets(t *testing.T) {
 	t.Parallel()
 	q := must(NewQuota(4, Rolling(4*time.Hour, 4)))
+	if s, e := q.Bounds(t0); s != t0-4*hour || e != t0 {
+		t.Fatalf("rolling bounds [%v, %v), want the trailing 4 h", s-t0, e-t0)
+	}
 	run(t, q, []step{
 		{"t0", 0, 4, true, 0, 0, 0},
 		{"t1 +4h the t0 hour-bucket weighs fully at the bucket boundary", 4 * hour, 1, false, 0, 15 * minute, 0},

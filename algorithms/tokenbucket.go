@@ -73,9 +73,11 @@ func (b *TokenBucket) Commit(st State, now, at float64, cost int64) State {
 }
 
 // Status returns the tokens present and the time until the bucket is full.
+// After a clock step backwards the refill resumes only once the clock passes
+// the last update again, so that wait counts too.
 func (b *TokenBucket) Status(st State, now float64) (remaining, resetAfter float64) {
-	tokens, _ := b.level(st, now)
-	return tokens, (b.burst - tokens) * b.interval
+	tokens, last := b.level(st, now)
+	return tokens, (last - now) + float64((b.burst-tokens)*b.interval)
 }
 
 // set2 stores a two-number state, reusing st's array when it can.
