@@ -13,7 +13,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ## targets run their seed corpora (f.Add and testdata/fuzz) as ordinary tests;
 ## every example program is compiled by vet and test.
 test: fmt-check vet
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 8m ./...
 
 fmt-check:
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \

@@ -64,13 +64,24 @@ type Algorithm interface {
 // instant the request conforms and, if that is no more than a.MaxWait() away,
 // commits it. A refused request returns st unchanged: a denial never consumes.
 func Reserve(a Algorithm, st State, now float64, cost int64) (State, Decision, error) {
+	return ReserveNotBefore(a, st, now, now, cost)
+}
+
+// ReserveNotBefore is [Reserve] for a key that nobody may leave before
+// notBefore (a paused key): the request departs at the later of its earliest
+// conforming instant and notBefore, and is refused if that is more than
+// a.MaxWait() away. A notBefore at or before now changes nothing.
+func ReserveNotBefore(a Algorithm, st State, now, notBefore float64, cost int64) (State, Decision, error) {
 	if err := a.ValidateCost(cost); err != nil {
 		return st, Decision{}, err
 	}
-	if !finite(now) {
+	if !finite(now) || !finite(notBefore) {
 		return st, Decision{}, ErrInvalidTime
 	}
 	at := a.Earliest(st, now, cost)
+	if notBefore > at {
+		at = notBefore
+	}
 	wait := at - now
 	if maxWait := a.MaxWait(); wait > maxWait {
 		rem, reset := a.Status(st, now)

@@ -14,7 +14,8 @@ type AllDecision struct {
 	Decision
 	// Binding is the index of the dimension that determined the decision: the
 	// one whose earliest conforming instant was latest (the first such
-	// dimension on a tie). On a cost error, the dimension that refused it.
+	// dimension on a tie), or -1 when a pause floor did. On a cost error, the
+	// dimension that refused it.
 	Binding int
 }
 
@@ -30,10 +31,17 @@ type AllDecision struct {
 // Decision.Remaining and Decision.ResetAfter are those of the binding
 // dimension. All panics if dims is empty.
 func All(dims []Dim, now float64) (AllDecision, error) {
+	return AllNotBefore(dims, now, now)
+}
+
+// AllNotBefore is [All] for keys that nobody may leave before notBefore (see
+// [ReserveNotBefore]). When the floor is what delays the request, Binding is
+// -1.
+func AllNotBefore(dims []Dim, now, notBefore float64) (AllDecision, error) {
 	if len(dims) == 0 {
 		panic("throttlekit: algorithms.All with no dimensions")
 	}
-	if !finite(now) {
+	if !finite(now) || !finite(notBefore) {
 		return AllDecision{}, ErrInvalidTime
 	}
 	maxWait := dims[0].Alg.MaxWait()
@@ -49,14 +57,25 @@ func All(dims []Dim, now float64) (AllDecision, error) {
 			at, binding = t, i
 		}
 	}
+	floor := notBefore > at
+	if floor {
+		at = notBefore
+	}
 	b := &dims[binding]
 	if wait := at - now; wait > maxWait {
 		rem, reset := b.Alg.Status(b.State, now)
-		return AllDecision{Decision{RetryAfter: Duration(wait - maxWait), Remaining: units(rem), ResetAfter: Duration(reset)}, binding}, nil
+		return AllDecision{Decision{RetryAfter: Duration(wait - maxWait), Remaining: units(rem), ResetAfter: Duration(reset)}, bindingOr(floor, binding)}, nil
 	}
 	for i := range dims {
 		dims[i].State = dims[i].Alg.Commit(dims[i].State, now, at, dims[i].Cost)
 	}
 	rem, reset := b.Alg.Status(b.State, now)
-	return AllDecision{Decision{Allowed: true, Delay: Duration(at - now), Remaining: units(rem), ResetAfter: Duration(reset)}, binding}, nil
+	return AllDecision{Decision{Allowed: true, Delay: Duration(at - now), Remaining: units(rem), ResetAfter: Duration(reset)}, bindingOr(floor, binding)}, nil
+}
+
+func bindingOr(floor bool, binding int) int {
+	if floor {
+		return -1
+	}
+	return binding
 }

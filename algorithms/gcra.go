@@ -134,19 +134,6 @@ func (g *GCRA) Status(st State, now float64) (remaining, resetAfter float64) {
 	return ((now + g.tau) - tat) / g.interval, tat - now
 }
 
-// Pause makes sure nobody departs on the key before until: it raises the TAT to
-// until + tau - T, the least TAT at which a request of cost 1 departs no
-// earlier than until. After the pause the bucket is full: one unit departs at
-// until and the rest are paced T apart. A pause that ends before the current
-// schedule does leaves st unchanged.
-func (g *GCRA) Pause(st State, until float64) State {
-	floor := (until + g.tau) - g.interval
-	if len(st) > 0 && st[0] >= floor {
-		return st
-	}
-	return set1(st, floor)
-}
-
 // Cancel refunds a reservation of cost whose commit stored tat, if and only if
 // the key's schedule still ends with it (the stored TAT equals tat): no later
 // reservation depends on its slot. It reports whether it refunded.

@@ -101,29 +101,37 @@ func TestGCRACancelRefundsOnlyTheTail(t *testing.T) {
 	}
 }
 
-func TestGCRAPause(t *testing.T) {
+// A floor (a paused key) holds every algorithm's departures back without
+// consuming anything, and the key's ordinary contract applies after it.
+func TestReserveNotBefore(t *testing.T) {
 	t.Parallel()
 	for _, burst := range []int64{1, 5} {
 		g := must(NewLeakyBucket(Rate{Count: 10, Period: time.Second, Burst: burst}, time.Minute))
-		var st State
-		st = g.Pause(st, t0+3*second)
-		_, d, _ := Reserve(g, st, t0, 1)
+		st, d, _ := ReserveNotBefore(g, nil, t0, t0+3*second, 1)
 		if d.Delay != 3*time.Second {
-			t.Fatalf("burst %d: first departure after a 3 s pause waits %v, want 3s", burst, d.Delay)
+			t.Fatalf("burst %d: first departure under a 3 s floor waits %v, want 3s", burst, d.Delay)
 		}
-		_, d, _ = Reserve(g, st, t0+4*second, 1)
-		if d.Delay != 0 {
-			t.Fatalf("burst %d: after the pause ends the key is free, got %v", burst, d.Delay)
+		_, d, _ = ReserveNotBefore(g, st, t0, t0+3*second, 1)
+		// Burst 1: paced T after the floor. Burst 5: the burst is available at the floor.
+		if want := map[int64]time.Duration{1: 3100 * time.Millisecond, 5: 3 * time.Second}[burst]; d.Delay != want {
+			t.Fatalf("burst %d: second departure waits %v, want %v", burst, d.Delay, want)
 		}
-		// A pause shorter than the schedule changes nothing.
-		st2, _, _ := Reserve(g, nil, t0, 1)
-		for range 20 {
-			st2, _, _ = Reserve(g, st2, t0, 1)
-		}
-		before := st2[0]
-		if st2 = g.Pause(st2, t0+second); st2[0] != before {
-			t.Fatalf("burst %d: a pause inside the schedule moved the TAT", burst)
-		}
+	}
+	w := must(NewFixedWindow(5, time.Second))
+	st, d, _ := ReserveNotBefore(w, nil, t0, t0+500, 1)
+	if d.Allowed || d.RetryAfter != 500*time.Millisecond || st != nil {
+		t.Fatalf("fixed window under a floor: %+v, state %v; want refused for 500ms, nothing written", d, st)
+	}
+	if _, d, _ = ReserveNotBefore(w, nil, t0+500, t0+500, 1); !d.Allowed {
+		t.Fatalf("fixed window at the end of the floor: %+v", d)
+	}
+	if _, _, err := ReserveNotBefore(w, nil, t0, t0/(t0-t0), 1); err != ErrInvalidTime {
+		t.Fatalf("NaN floor: %v", err)
+	}
+	dims := []Dim{{Alg: must(NewLeakyBucket(Rate{Count: 1, Period: time.Second, Burst: 1}, time.Minute)), Cost: 1}}
+	ad, _ := AllNotBefore(dims, t0, t0+2*second)
+	if !ad.Allowed || ad.Delay != 2*time.Second || ad.Binding != -1 {
+		t.Fatalf("All under a floor: %+v, want a 2 s delay bound by the floor (-1)", ad)
 	}
 }
 

@@ -1,18 +1,13 @@
-// Command pacing is ThrottleKit's foundation demo: it paces outbound "calls"
-// with the leaky-bucket shaper math (package algorithms) and the deadline
-// sleeper (internal/timer), on the real clock, and measures what a partner
-// enforcing the same contract would see.
+// Command pacing is ThrottleKit's demo: it paces outbound "calls" with a
+// shaper on the in-memory store, on the real clock, and measures what a
+// partner enforcing the same contract would see.
 //
 // It first fires the calls unshaped (all at once, as a plain client does), then
-// shaped by several goroutines sharing one bucket, in the default and in the
-// precise sleep mode, and prints one line per run: achieved rate, the most
+// shaped by several goroutines calling Wait on one key, in the default and in
+// the precise sleep mode, and prints one line per run: achieved rate, the most
 // calls in any 1 s window (what a strict partner counts), gaps and lateness.
 //
-// Until the shaper and transport packages exist, the demo holds the bucket's
-// state under a mutex itself, which is what shaper's memory store will do per
-// key.
-//
-//	go run ./examples/pacing [-rate 50] [-n 100] [-workers 4]
+//	go run ./examples/pacing [-rate 50/s] [-n 100] [-workers 4]
 package main
 
 import (
@@ -25,12 +20,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
 func main() {
-	rate := flag.Float64("rate", 50, "contract: calls per second")
+	rate := flag.String("rate", "50/s", `contract, as shaper.ParseRate reads it ("50/s", "600/min burst 5")`)
 	n := flag.Int("n", 100, "calls per run")
 	workers := flag.Int("workers", 4, "goroutines sharing the bucket")
 	flag.Parse()
@@ -40,25 +35,31 @@ func main() {
 	}
 }
 
-func run(w io.Writer, rate float64, n, workers int) error {
+func run(w io.Writer, rateText string, n, workers int) error {
 	if n < 2 || workers < 1 {
 		return fmt.Errorf("need -n >= 2 and -workers >= 1")
 	}
-	bucket, err := algorithms.NewLeakyBucket(algorithms.Rate{Count: rate, Period: time.Second, Burst: 1}, time.Minute)
+	contract, err := shaper.ParseRate(rateText)
 	if err != nil {
 		return err
 	}
-	bound := int(rate) + 1 // rate*1s + burst: the most a 1 s window may hold
-	fmt.Fprintf(w, "contract: %g calls/s, burst 1, so at most %d calls in any 1 s window\n", rate, bound)
-	fmt.Fprintf(w, "%d calls per run, %d goroutines sharing one bucket\n\n", n, workers)
+	burst := max(contract.Burst, 1)
+	rate := float64(contract.Count) * float64(time.Second) / float64(contract.Period) // per second
+	bound := int(rate) + int(burst)                                                   // rate*1s + burst: the most a 1 s window may hold
+	fmt.Fprintf(w, "contract: %v (%g calls/s, burst %d), so at most %d calls in any 1 s window\n", contract, rate, burst, bound)
+	fmt.Fprintf(w, "%d calls per run, %d goroutines calling Wait on one key\n\n", n, workers)
 	fmt.Fprintf(w, "%-18s %10s %12s %12s %12s %12s\n", "run", "rate/s", "max in 1 s", "gap p50", "gap p99", "late p99")
-	fmt.Fprintf(w, "%-18s %10s %12d %12s %12s %12s   <- breaks the contract\n", "unshaped", "-", n, "0s", "0s", "-")
+	verdict := "   <- breaks the contract"
+	if n <= bound {
+		verdict = "   (too few calls to break it: raise -n)"
+	}
+	fmt.Fprintf(w, "%-18s %10s %12d %12s %12s %12s%s\n", "unshaped", "-", n, "0s", "0s", "-", verdict)
 	for _, precise := range []bool{false, true} {
 		name := "shaped (default)"
 		if precise {
 			name = "shaped (precise)"
 		}
-		deps, late, err := shape(bucket, n, workers, precise)
+		deps, late, err := shape(contract, n, workers, precise)
 		if err != nil {
 			return err
 		}
@@ -78,20 +79,26 @@ that counts strictly %g per rolling second, set the rate a hair under the contra
 	return nil
 }
 
-// shape runs n calls through workers goroutines that share one leaky bucket.
-// Each call reserves a departure slot under the lock, then sleeps outside it
-// until the slot, and records when it actually departed.
-func shape(bucket *algorithms.GCRA, n, workers int, precise bool) (deps []time.Time, late []time.Duration, err error) {
+// shape runs n calls through workers goroutines that call Wait on one key of
+// a shaper, and records when each call actually departed and how long after
+// its slot.
+func shape(contract shaper.Rate, n, workers int, precise bool) (deps []time.Time, late []time.Duration, err error) {
+	store := shaper.NewMemoryStore()
+	defer store.Close()
+	opts := []shaper.Option{shaper.WithMaxQueue(time.Minute)}
+	if precise {
+		opts = append(opts, shaper.WithPreciseSleep(0))
+	}
+	s, err := shaper.New(store, contract, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
 	var (
-		mu    sync.Mutex
-		state algorithms.State
-		next  int
-		wg    sync.WaitGroup
-		clock = timer.Real()
-		ctx   = context.Background()
+		mu   sync.Mutex
+		next int
+		wg   sync.WaitGroup
+		ctx  = context.Background()
 	)
-	deps = make([]time.Time, 0, n)
-	late = make([]time.Duration, 0, n)
 	for range workers {
 		wg.Go(func() {
 			for {
@@ -101,35 +108,33 @@ func shape(bucket *algorithms.GCRA, n, workers int, precise bool) (deps []time.T
 					return
 				}
 				next++
-				now := clock.Now()
-				var d algorithms.Decision
-				var rerr error
-				state, d, rerr = algorithms.Reserve(bucket, state, algorithms.Millis(now), 1)
-				if rerr == nil && !d.Allowed {
-					rerr = fmt.Errorf("queue full (retry after %v)", d.RetryAfter)
+				mu.Unlock()
+				r, rerr := s.Reserve(ctx, "partner", 1)
+				if rerr == nil {
+					rerr = sleepUntil(ctx, r.Time(), precise)
 				}
+				departed := time.Now()
+				mu.Lock()
 				if rerr != nil {
 					err = rerr
-					mu.Unlock()
-					return
 				}
-				mu.Unlock()
-				slot := now.Add(d.Delay)
-				if precise {
-					_ = timer.SleepUntilPrecise(ctx, clock, slot, 0)
-				} else {
-					_ = timer.SleepUntil(ctx, clock, slot)
-				}
-				departed := clock.Now()
-				mu.Lock()
 				deps = append(deps, departed)
-				late = append(late, departed.Sub(slot))
+				late = append(late, departed.Sub(r.Time()))
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
 	return deps, late, err
+}
+
+// sleepUntil waits as Shaper.Wait does; the demo reserves and sleeps in two
+// steps only so that it can report each call's lateness against its slot.
+func sleepUntil(ctx context.Context, t time.Time, precise bool) error {
+	if precise {
+		return timer.SleepUntilPrecise(ctx, timer.Real(), t, 0)
+	}
+	return timer.SleepUntil(ctx, timer.Real(), t)
 }
 
 type summary struct {

@@ -28,10 +28,13 @@ func TestReportCountsTheBusiestSecond(t *testing.T) {
 }
 
 func TestRunStaysWithinTheContract(t *testing.T) {
-	if err := run(io.Discard, 200, 30, 3); err != nil { // 30 calls at 200/s: about 0.3 s per mode
+	if err := run(io.Discard, "200/s", 30, 3); err != nil { // 30 calls at 200/s: about 0.3 s per mode
 		t.Fatal(err)
 	}
-	if err := run(io.Discard, 200, 1, 1); err == nil {
+	if err := run(io.Discard, "200/s", 1, 1); err == nil {
 		t.Fatal("n = 1 accepted")
+	}
+	if err := run(io.Discard, "200/fortnight", 30, 1); err == nil {
+		t.Fatal("a bad rate accepted")
 	}
 }

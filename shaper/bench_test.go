@@ -1,0 +1,110 @@
+package shaper
+
+import (
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// benchShaper: the real clock, a rate no benchmark exhausts, Allow-like use of
+// Reserve (every call admitted at once).
+func benchShaper(b testing.TB) (*Shaper, *MemoryStore) {
+	store := NewMemoryStore(WithSweepInterval(0))
+	s, err := New(store, Rate{Count: 100000, Period: time.Second, Burst: 1 << 40})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, store
+}
+
+// warmKeys returns n keys, each reserved once so that it exists in the store.
+func warmKeys(s *Shaper, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+		_, _ = s.Reserve(bg, keys[i], 1)
+	}
+	return keys
+}
+
+// BenchmarkReserve: a hot key, 10,000 keys, and in parallel; allocations per
+// reservation on existing keys are 0.
+func BenchmarkReserve(b *testing.B) {
+	b.Run("hot-key", func(b *testing.B) {
+		s, _ := benchShaper(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Reserve(bg, "hot", 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("10k-keys", func(b *testing.B) {
+		s, _ := benchShaper(b)
+		keys := warmKeys(s, 10000)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := s.Reserve(bg, keys[i%len(keys)], 1); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("parallel-10k-keys", func(b *testing.B) {
+		s, _ := benchShaper(b)
+		keys := warmKeys(s, 10000)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				_, _ = s.Reserve(bg, keys[i%len(keys)], 1)
+				i += 7
+			}
+		})
+	})
+	b.Run("parallel-hot-key", func(b *testing.B) {
+		s, _ := benchShaper(b)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				_, _ = s.Reserve(bg, "hot", 1)
+			}
+		})
+	})
+}
+
+// BenchmarkBytesPerKey reports the heap held per live key of the memory store
+// (leaky bucket; keys "user:NNNNNN", their strings included).
+func BenchmarkBytesPerKey(b *testing.B) {
+	const N = 200_000
+	keys := make([]string, N)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(100000+i)
+	}
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s, store := benchShaper(b)
+		for _, k := range keys {
+			_, _ = s.Reserve(bg, string([]byte(k)), 1) // a fresh string, as a caller's would be
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/N, "B/key")
+		runtime.KeepAlive(store)
+	}
+}
+
+func TestReserveOnAnExistingKeyDoesNotAllocate(t *testing.T) {
+	s, _ := benchShaper(t)
+	_, _ = s.Reserve(bg, "k", 1)
+	if n := testing.AllocsPerRun(1000, func() { _, _ = s.Reserve(bg, "k", 1) }); n != 0 {
+		t.Fatalf("%v allocations per Reserve on an existing key, want 0", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() { _, _ = s.Allow(bg, "k", 1) }); n != 0 {
+		t.Fatalf("%v allocations per Allow on an existing key, want 0", n)
+	}
+}

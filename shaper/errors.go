@@ -1,0 +1,111 @@
+package shaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/algorithms"
+)
+
+var (
+	// ErrQueueFull is matched (errors.Is) by every *QueueFullError: the wait a
+	// request needs is longer than the shaper accepts.
+	ErrQueueFull = errors.New("throttlekit: queue full")
+
+	// ErrInvalidConfig is matched by every configuration error: *ConfigError
+	// from New and All, *RateError from ParseRate.
+	ErrInvalidConfig = algorithms.ErrInvalidConfig
+
+	// ErrInvalidCost is matched by *CostError: a cost below 1, or one that can
+	// never be admitted (above the burst, above the limit, or longer than
+	// MaxQueue to drain even on an idle key). Nothing is consumed.
+	ErrInvalidCost = algorithms.ErrInvalidCost
+
+	// ErrInvalidKey is matched by *KeyError: a key longer than MaxKeyLen.
+	ErrInvalidKey = errors.New("throttlekit: invalid key")
+
+	// ErrStoreFull is returned by a memory store at its MaxKeys cap when a new
+	// key arrives and no stored key is idle. Existing keys are unaffected.
+	ErrStoreFull = errors.New("throttlekit: memory store is full (MaxKeys) and no key is idle")
+)
+
+// ConfigError reports a configuration value that New or All refused.
+type ConfigError = algorithms.ConfigError
+
+// CostError reports a cost that was refused before anything was consumed.
+type CostError = algorithms.CostError
+
+// MaxKeyLen is the longest key a shaper accepts, in bytes.
+const MaxKeyLen = 4096
+
+// KeyError reports a key that was refused. Key holds at most its first 64 bytes.
+type KeyError struct {
+	Key    string
+	Len    int
+	Reason string
+}
+
+// Error says what was wrong with the key.
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("throttlekit: invalid key %q (%d bytes): %s", e.Key, e.Len, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidKey) true.
+func (e *KeyError) Unwrap() error { return ErrInvalidKey }
+
+// RateError reports text that ParseRate could not read.
+type RateError struct {
+	Input  string
+	Reason string
+}
+
+// Error quotes the input and says what was expected.
+func (e *RateError) Error() string {
+	return fmt.Sprintf("throttlekit: cannot parse rate %q: %s", e.Input, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidConfig) true.
+func (e *RateError) Unwrap() error { return ErrInvalidConfig }
+
+// QueueFullError reports a request refused because its wait would exceed the
+// shaper's MaxQueue. Nothing was consumed; the caller learns at once instead
+// of after waiting. It matches ErrQueueFull.
+type QueueFullError struct {
+	Key string
+	// Dimension names the dimension of a multi-dimension shaper that required
+	// the wait ("pause" when a pause did); empty for a single contract.
+	Dimension string
+	// Delay is the wait the request would have needed.
+	Delay time.Duration
+	// MaxQueue is the longest wait the shaper grants; zero for algorithms that
+	// never queue (everything but the leaky bucket), whose Reserve refuses any
+	// request that cannot depart at once.
+	MaxQueue time.Duration
+}
+
+// Error says which key, how long the wait would have been, and the limit.
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("throttlekit: key %q would wait %v, more than the maximum queue of %v", e.Key, e.Delay, e.MaxQueue)
+}
+
+// Is makes errors.Is(err, ErrQueueFull) true.
+func (e *QueueFullError) Is(target error) bool { return target == ErrQueueFull }
+
+// DeadlineError reports that Wait refused because the request's departure
+// would fall after the context's deadline. Nothing was consumed (the
+// reservation was cancelled). It matches context.DeadlineExceeded.
+type DeadlineError struct {
+	Key      string
+	Delay    time.Duration // the wait the request would have needed
+	Deadline time.Time     // the context's deadline
+}
+
+// Error says which key, the wait it needed and the deadline.
+func (e *DeadlineError) Error() string {
+	return fmt.Sprintf("throttlekit: key %q would wait %v, past the context deadline %v", e.Key, e.Delay, e.Deadline.Format(time.RFC3339Nano))
+}
+
+// Unwrap makes errors.Is(err, context.DeadlineExceeded) true.
+func (e *DeadlineError) Unwrap() error { return context.DeadlineExceeded }

@@ -1,0 +1,105 @@
+package shaper_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/shaper"
+)
+
+// Wait paces calls to a partner that allows 20 per second: each call leaves
+// 50 ms after the previous one.
+func ExampleShaper_Wait() {
+	store := shaper.NewMemoryStore()
+	defer store.Close()
+	s, err := shaper.New(store, shaper.PerSecond(20))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	for range 5 {
+		if err := s.Wait(ctx, "partner-api", 1); err != nil {
+			panic(err)
+		}
+		// call the partner here
+	}
+	fmt.Println("5 calls took at least 200ms:", time.Since(start) >= 200*time.Millisecond)
+	// Output: 5 calls took at least 200ms: true
+}
+
+// Reserve tells the caller when to go without sleeping; a caller that decides
+// not to go cancels, and the slot goes to the next caller.
+func ExampleShaper_Reserve() {
+	store := shaper.NewMemoryStore()
+	defer store.Close()
+	s, _ := shaper.New(store, shaper.PerSecond(10), shaper.WithMaxQueue(time.Second))
+	ctx := context.Background()
+
+	first, _ := s.Reserve(ctx, "k", 1)
+	second, _ := s.Reserve(ctx, "k", 1)
+	fmt.Println("first leaves in", first.Delay, "second in", second.Delay.Round(time.Millisecond))
+
+	_ = second.Cancel(ctx) // the caller gave up: its slot is free again
+	third, _ := s.Reserve(ctx, "k", 1)
+	fmt.Println("third leaves in", third.Delay.Round(time.Millisecond))
+
+	_, err := s.Reserve(ctx, "k", 15) // 15 units need 1.4 s: more than MaxQueue
+	fmt.Println(errors.Is(err, shaper.ErrInvalidCost))
+	for range 10 { // slots at 200ms ... 1s fit; the tenth would wait 1.1s
+		_, err = s.Reserve(ctx, "k", 1)
+	}
+	var qf *shaper.QueueFullError
+	fmt.Println(errors.As(err, &qf), qf.MaxQueue)
+	// Output:
+	// first leaves in 0s second in 100ms
+	// third leaves in 100ms
+	// true
+	// true 1s
+}
+
+// An LLM API allows 3,500 requests and 90,000 tokens per minute per account.
+// Each call reserves its token count; it departs when both limits allow it.
+func ExampleAll() {
+	store := shaper.NewMemoryStore()
+	defer store.Close()
+	s, err := shaper.All(store, []shaper.Dimension{
+		{Name: "requests", Rate: shaper.PerMinute(3500), Cost: func(int64) int64 { return 1 }},
+		{Name: "tokens", Rate: shaper.PerMinute(90000).WithBurst(20000)},
+	}, shaper.WithName("llm"))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for _, tokens := range []int64{12000, 9000, 6000} {
+		r, err := s.Reserve(ctx, "account-7", tokens)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%5d tokens: leave in %v\n", tokens, r.Delay.Round(time.Millisecond))
+	}
+	// Output:
+	// 12000 tokens: leave in 0s
+	//  9000 tokens: leave in 667ms
+	//  6000 tokens: leave in 4.667s
+}
+
+// ParseRate reads contracts as people write them.
+func ExampleParseRate() {
+	for _, text := range []string{"10/s", "600/minute burst 20", "7/3s", "1000000/month", "10/fortnight"} {
+		r, err := shaper.ParseRate(text)
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		fmt.Printf("%-22q -> %v (%d per %v)\n", text, r, r.Count, r.Period)
+	}
+	// Output:
+	// "10/s"                 -> 10/s (10 per 1s)
+	// "600/minute burst 20"  -> 600/min burst 20 (600 per 1m0s)
+	// "7/3s"                 -> 7/3s (7 per 3s)
+	// "1000000/month"        -> 1000000/month (1000000 per 720h0m0s)
+	// throttlekit: cannot parse rate "10/fortnight": unknown unit "fortnight"; expected one of ns, us, ms, s, min, h, day, week, month
+}

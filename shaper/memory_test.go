@@ -1,0 +1,113 @@
+package shaper
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/internal/timer"
+)
+
+// 1,000,000 distinct keys touched once go idle, and the store drops to zero.
+func TestMillionKeysGoIdleAndAreEvicted(t *testing.T) {
+	t.Parallel()
+	s, store, clock := newTest(t, PerSecond(10))
+	const N = 1_000_000
+	for i := range N {
+		if _, err := s.Reserve(bg, "user:"+strconv.Itoa(i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if store.Len() != N {
+		t.Fatalf("Len = %d, want %d", store.Len(), N)
+	}
+	if n := store.Sweep(); n != 0 {
+		t.Fatalf("swept %d keys that were still throttled", n)
+	}
+	clock.Advance(100 * time.Millisecond) // every key's TAT has passed...
+	mustReserve(t, s, "late", 1)          // ...and the store has seen that instant
+	if n := store.Sweep(); n != N {
+		t.Fatalf("swept %d, want %d", n, N)
+	}
+	if store.Len() != 1 { // "late" is still within its interval
+		t.Fatalf("Len after the sweep = %d, want 1", store.Len())
+	}
+}
+
+// At the cap, a new key evicts idle keys; if none is idle it fails with
+// ErrStoreFull, and a throttled key is never dropped (its contract holds).
+func TestMaxKeysNeverEvictsAThrottledKey(t *testing.T) {
+	t.Parallel()
+	clock := timer.NewFake(t0)
+	store := NewMemoryStore(WithMaxKeys(100), WithSweepInterval(0))
+	s, err := New(store, PerSecond(1), WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := 0
+	for i := range 1000 {
+		_, err := s.Reserve(bg, "k"+strconv.Itoa(i), 1)
+		if errors.Is(err, ErrStoreFull) {
+			full++
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if store.Len() > 100 || full == 0 {
+		t.Fatalf("Len %d with %d ErrStoreFull; want at most 100 keys held and refusals", store.Len(), full)
+	}
+	// Every held key is still throttled: its next slot is a full interval away.
+	held := 0
+	for i := range 1000 {
+		r, err := s.Reserve(bg, "k"+strconv.Itoa(i), 1)
+		if err == nil {
+			held++
+			if r.Delay != time.Second {
+				t.Fatalf("held key k%d: next slot %v away, want 1s (state lost?)", i, r.Delay)
+			}
+			_ = r.Cancel(bg)
+		}
+	}
+	if held != store.Len() {
+		t.Fatalf("%d keys answered as held, store holds %d", held, store.Len())
+	}
+	clock.Advance(2 * time.Second) // all idle now: new keys evict them
+	if _, err := s.Reserve(bg, "new", 1); err != nil {
+		t.Fatalf("a new key after the others went idle: %v", err)
+	}
+}
+
+func TestBackgroundSweeperRunsAndStops(t *testing.T) {
+	t.Parallel()
+	clock := timer.NewFake(t0)
+	store := NewMemoryStore(WithSweepInterval(time.Millisecond))
+	s, err := New(store, PerSecond(100), WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		mustReserve(t, s, strconv.Itoa(i), 1)
+	}
+	clock.Advance(time.Second)
+	mustReserve(t, s, "tick", 1) // the store learns the time
+	deadline := time.Now().Add(10 * time.Second)
+	for store.Len() > 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the background sweeper left %d keys", store.Len())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil { // twice is fine
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(bg, "after-close", 1); err != nil { // still usable
+		t.Fatal(err)
+	}
+	// goleak (TestMain) checks that the sweeper goroutine is gone.
+}

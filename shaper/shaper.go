@@ -1,0 +1,486 @@
+package shaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/timer"
+)
+
+// Reserver is what the transport, the queue and the OpenTelemetry wrapper
+// accept: a *Shaper, or anything that decorates one.
+type Reserver interface {
+	Reserve(ctx context.Context, key string, cost int64) (Reservation, error)
+	Wait(ctx context.Context, key string, cost int64) error
+	Pause(ctx context.Context, key string, d time.Duration) error
+}
+
+// Dimension is one contract of a multi-dimension shaper (see All).
+type Dimension struct {
+	// Name identifies the dimension in its keys, errors and metrics ("requests",
+	// "tokens"). Names must be unique within a shaper.
+	Name string
+	// Rate is the dimension's contract.
+	Rate Rate
+	// Key maps the caller's key to this dimension's key (nil: the same key).
+	// Two user keys that map to one dimension key share that dimension's
+	// budget: an account-wide limit over per-user keys, say.
+	Key func(key string) string
+	// Cost maps the caller's cost to this dimension's units (nil: the same
+	// cost). A mapped cost of 0 leaves the dimension out of that request.
+	Cost func(cost int64) int64
+}
+
+// Shaper paces requests per key against a contract. Every request reserves a
+// departure slot: Reserve tells the caller when to leave without sleeping,
+// Wait sleeps until then, Allow admits only what may leave at once. Requests
+// whose wait would exceed MaxQueue are refused at once with a
+// *QueueFullError, and nothing is consumed.
+//
+// Most callers want Wait. A Shaper is safe for concurrent use; its state lives
+// in its Store, so shapers in many processes that share a Redis store share one
+// budget per key.
+type Shaper struct {
+	cfg    config
+	store  Store
+	dims   []*dim
+	queues bool // the leaky bucket: Reserve grants delays
+}
+
+var _ Reserver = (*Shaper)(nil)
+
+// dim is one resolved dimension.
+type dim struct {
+	name     string
+	prefix   string // the namespace of its keys in the store
+	identity string // algorithm, rate and MaxQueue, to detect conflicting shapers on one prefix
+	alg      algorithms.Algorithm
+	allow    algorithms.Algorithm
+	gcra     *algorithms.GCRA // non-nil when Cancel can refund
+	key      func(string) string
+	cost     func(int64) int64
+
+	memID uint32 // set by MemoryStore.bind
+}
+
+// New returns a shaper of one contract over store. The default algorithm is
+// the leaky bucket with MaxQueue DefaultMaxQueue; see the Options.
+func New(store Store, rate Rate, opts ...Option) (*Shaper, error) {
+	return newShaper(store, []Dimension{{Rate: rate}}, opts)
+}
+
+// All returns a shaper of several contracts at once: a request departs at the
+// earliest instant at which every dimension allows it, and consumes in every
+// dimension or in none. The algorithm (WithAlgorithm) applies to every
+// dimension. Example: an LLM API allowing 3,500 requests and 90,000 tokens per
+// minute per account is
+//
+//	shaper.All(store, []shaper.Dimension{
+//		{Name: "requests", Rate: shaper.PerMinute(3500), Cost: func(int64) int64 { return 1 }},
+//		{Name: "tokens", Rate: shaper.PerMinute(90000).WithBurst(90000)},
+//	})
+//
+// and each call reserves with its token count as the cost.
+func All(store Store, dims []Dimension, opts ...Option) (*Shaper, error) {
+	if len(dims) == 0 {
+		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimensions", Value: 0, Reason: "need at least one"}
+	}
+	seen := map[string]bool{}
+	for _, d := range dims {
+		if len(dims) > 1 && d.Name == "" {
+			return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.Name", Value: `""`, Reason: "every dimension of a multi-dimension shaper needs a name"}
+		}
+		if seen[d.Name] {
+			return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.Name", Value: d.Name, Reason: "names must be unique"}
+		}
+		seen[d.Name] = true
+	}
+	return newShaper(store, dims, opts)
+}
+
+func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	if store == nil {
+		return nil, &ConfigError{Algorithm: "shaper", Field: "Store", Value: nil, Reason: "must not be nil (use NewMemoryStore)"}
+	}
+	if cfg.prefix == "" {
+		cfg.prefix = "tk:" + cfg.name + ":"
+	}
+	s := &Shaper{cfg: cfg, store: store, queues: cfg.alg.kind == kindLeaky}
+	for _, spec := range dims {
+		alg, allow, err := cfg.alg.build(spec.Rate, cfg.maxQueue)
+		if err != nil {
+			return nil, err
+		}
+		d := &dim{
+			name:     spec.Name,
+			prefix:   cfg.prefix,
+			identity: fmt.Sprintf("%v %v maxqueue=%v", cfg.alg, spec.Rate, cfg.maxQueue),
+			alg:      alg,
+			allow:    allow,
+			key:      spec.Key,
+			cost:     spec.Cost,
+		}
+		if spec.Name != "" {
+			d.prefix += spec.Name + ":"
+		}
+		d.gcra, _ = alg.(*algorithms.GCRA)
+		if err := store.bind(d); err != nil {
+			return nil, err
+		}
+		s.dims = append(s.dims, d)
+	}
+	return s, nil
+}
+
+// Name returns the name given with WithName.
+func (s *Shaper) Name() string { return s.cfg.name }
+
+// MaxQueue returns the longest wait the shaper grants.
+func (s *Shaper) MaxQueue() time.Duration { return s.cfg.maxQueue }
+
+// Reservation is a departure slot granted by Reserve. The caller should
+// depart after Delay (at Time()); if it will not, Cancel gives the slot back
+// when nothing reserved later depends on it.
+type Reservation struct {
+	// Delay is how long to wait before departing; 0 means at once.
+	Delay time.Duration
+
+	s    *Shaper
+	at   time.Time
+	key  string
+	cost int64
+	tag  float64
+	m    *multi
+	done bool
+}
+
+// Time returns the departure instant on the shaper's clock.
+func (r *Reservation) Time() time.Time { return r.at }
+
+// Cancel gives the slot back if the key's schedule still ends with this
+// reservation (nothing reserved after it depends on it); otherwise it does
+// nothing, so the contract is never exceeded. Only the leaky bucket and GCRA
+// can refund; for the other algorithms Cancel does nothing. Cancelling twice,
+// or cancelling the zero Reservation, does nothing.
+func (r *Reservation) Cancel(ctx context.Context) error {
+	if r.s == nil || r.done {
+		return nil
+	}
+	r.done = true
+	if r.m != nil {
+		return r.s.store.cancel(ctx, r.m.dims, r.m.keys, r.m.tags, r.m.costs)
+	}
+	d := r.s.dims[0]
+	if d.gcra == nil {
+		return nil
+	}
+	return r.s.store.cancel(ctx, r.s.dims[:1], []string{r.key}, []float64{r.tag}, []int64{r.cost})
+}
+
+// outcome is one decision of a multi-dimension shaper.
+type outcome struct {
+	dec     algorithms.Decision
+	binding string // the dimension that bound a refusal, "pause" or ""
+	res     Reservation
+}
+
+// simple reports whether s has the single-key fast path: one dimension, with
+// no key or cost mapping.
+func (s *Shaper) simple() bool {
+	return len(s.dims) == 1 && s.dims[0].key == nil && s.dims[0].cost == nil
+}
+
+// check validates what every method is given and reads the clock once.
+func (s *Shaper) check(ctx context.Context, key string, cost int64) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	if err := checkKey(key); err != nil {
+		return time.Time{}, err
+	}
+	if cost < 1 {
+		return time.Time{}, &CostError{Algorithm: s.dims[0].alg.Name(), Cost: cost, Reason: "must be >= 1"}
+	}
+	return s.cfg.clock.Now(), nil
+}
+
+// one runs one transition on the single-key fast path; allow chooses the
+// non-waiting transition. It never sleeps.
+func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool) (time.Time, algorithms.Decision, float64, error) {
+	now, err := s.check(ctx, key, cost)
+	if err != nil {
+		return now, algorithms.Decision{}, 0, err
+	}
+	d := s.dims[0]
+	alg := d.alg
+	if allow {
+		alg = d.allow
+	}
+	dec, tag, err := s.store.reserve(ctx, d, alg, key, cost, algorithms.Millis(now))
+	return now, dec, tag, err
+}
+
+// decide runs one transition for key and cost at the clock's now, on either
+// path. It never sleeps.
+func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool) (outcome, error) {
+	if s.simple() {
+		now, dec, tag, err := s.one(ctx, key, cost, allow)
+		if err != nil || !dec.Allowed {
+			return outcome{dec: dec}, err
+		}
+		return outcome{dec: dec, res: Reservation{Delay: dec.Delay, s: s, at: now.Add(dec.Delay), key: key, cost: cost, tag: tag}}, nil
+	}
+	now, err := s.check(ctx, key, cost)
+	if err != nil {
+		return outcome{}, err
+	}
+	return s.decideMulti(ctx, key, cost, allow, now, algorithms.Millis(now))
+}
+
+func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow bool, now time.Time, ms float64) (outcome, error) {
+	req := &multi{now: ms}
+	for _, d := range s.dims {
+		c, k := cost, key
+		if d.cost != nil {
+			if c = d.cost(cost); c == 0 {
+				continue
+			}
+			if c < 0 {
+				return outcome{}, &CostError{Algorithm: d.alg.Name(), Cost: c, Reason: fmt.Sprintf("dimension %q mapped cost %d to a negative cost", d.name, cost)}
+			}
+		}
+		if d.key != nil {
+			k = d.key(key)
+			if err := checkKey(k); err != nil {
+				return outcome{}, err
+			}
+		}
+		alg := d.alg
+		if allow {
+			alg = d.allow
+		}
+		req.dims = append(req.dims, d)
+		req.algs = append(req.algs, alg)
+		req.keys = append(req.keys, k)
+		req.costs = append(req.costs, c)
+	}
+	if len(req.dims) == 0 { // every dimension left out: nothing to limit
+		return outcome{dec: algorithms.Decision{Allowed: true}, res: Reservation{s: s, at: now, key: key, cost: cost, done: true}}, nil
+	}
+	if err := s.store.reserveAll(ctx, req); err != nil {
+		return outcome{}, err
+	}
+	o := outcome{dec: req.dec.Decision}
+	if b := req.dec.Binding; b < 0 {
+		o.binding = "pause"
+	} else {
+		o.binding = req.dims[b].name
+	}
+	if o.dec.Allowed {
+		o.res = Reservation{Delay: o.dec.Delay, s: s, at: now.Add(o.dec.Delay), key: key, cost: cost, m: req}
+	}
+	return o, nil
+}
+
+// wrapDimErr names the dimension in a cost error of a multi-dimension shaper.
+func wrapDimErr(d *dim, err error) error {
+	var ce *CostError
+	if d.name != "" && errors.As(err, &ce) {
+		return &CostError{Algorithm: ce.Algorithm, Cost: ce.Cost, Reason: fmt.Sprintf("dimension %q: %s", d.name, ce.Reason)}
+	}
+	return err
+}
+
+func checkKey(key string) error {
+	if len(key) > MaxKeyLen {
+		return &KeyError{Key: key[:64], Len: len(key), Reason: fmt.Sprintf("longer than MaxKeyLen (%d bytes)", MaxKeyLen)}
+	}
+	return nil
+}
+
+// queueFull builds the refusal for a decision that was not allowed:
+// retryAfter past MaxQueue for the leaky bucket, retryAfter itself for the
+// algorithms that never queue.
+func (s *Shaper) queueFull(key string, retryAfter time.Duration, binding string) *QueueFullError {
+	maxQueue := time.Duration(0)
+	if s.queues {
+		maxQueue = s.cfg.maxQueue
+	}
+	return &QueueFullError{Key: key, Dimension: binding, Delay: retryAfter + maxQueue, MaxQueue: maxQueue}
+}
+
+// Reserve reserves a departure slot for cost units on key and returns at once.
+// With the leaky bucket the Reservation's Delay says how long to wait; a wait
+// beyond MaxQueue is refused with a *QueueFullError and consumes nothing. The
+// other algorithms never queue: Reserve admits (Delay 0) or refuses with a
+// *QueueFullError whose Delay is the time until the request would be admitted.
+//
+// A ctx that is already done returns ctx.Err() and consumes nothing.
+func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservation, error) {
+	if s.simple() { // the hot path: build the Reservation once, in place
+		now, dec, tag, err := s.one(ctx, key, cost, false)
+		if err != nil {
+			return Reservation{}, err
+		}
+		if !dec.Allowed {
+			return Reservation{}, s.queueFull(key, dec.RetryAfter, "")
+		}
+		return Reservation{Delay: dec.Delay, s: s, at: now.Add(dec.Delay), key: key, cost: cost, tag: tag}, nil
+	}
+	o, err := s.decide(ctx, key, cost, false)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if !o.dec.Allowed {
+		return Reservation{}, s.queueFull(key, o.dec.RetryAfter, o.binding)
+	}
+	return o.res, nil
+}
+
+// Allow reports whether cost units on key may depart now, and consumes them if
+// so. It never waits and never queues, whatever the algorithm.
+func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error) {
+	if s.simple() {
+		_, dec, _, err := s.one(ctx, key, cost, true)
+		return dec.Allowed && err == nil, err
+	}
+	o, err := s.decide(ctx, key, cost, true)
+	if err != nil {
+		return false, err
+	}
+	return o.dec.Allowed, nil
+}
+
+// Wait reserves cost units on key and sleeps until their departure slot.
+//
+//   - If the slot would fall after ctx's deadline, Wait gives the slot back and
+//     fails at once with a *DeadlineError, which matches
+//     context.DeadlineExceeded; nothing is consumed.
+//   - If ctx ends while sleeping, Wait gives the slot back (see
+//     Reservation.Cancel) and returns ctx.Err() unchanged.
+//   - A wait beyond MaxQueue fails at once with a *QueueFullError.
+//
+// Algorithms other than the leaky bucket cannot hold a slot: Wait sleeps until
+// the request would be admitted, with a little jitter so that waiters do not
+// stampede, and tries again, for at most MaxQueue in all.
+func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
+	if !s.queues {
+		return s.waitRetry(ctx, key, cost)
+	}
+	r, err := s.Reserve(ctx, key, cost)
+	if err != nil {
+		return err
+	}
+	if r.Delay <= 0 {
+		return nil
+	}
+	if dl, ok := ctx.Deadline(); ok && r.Delay > time.Until(dl) {
+		_ = r.Cancel(context.WithoutCancel(ctx))
+		return &DeadlineError{Key: key, Delay: r.Delay, Deadline: dl}
+	}
+	if err := s.sleepUntil(ctx, r.at); err != nil {
+		_ = r.Cancel(context.WithoutCancel(ctx))
+		return err
+	}
+	return nil
+}
+
+// waitRetry serves Wait for the algorithms that cannot hold a slot.
+func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) error {
+	start := s.cfg.clock.Now()
+	for {
+		o, err := s.decide(ctx, key, cost, false)
+		if err != nil {
+			return err
+		}
+		if o.dec.Allowed {
+			return nil
+		}
+		retry := o.dec.RetryAfter
+		now := s.cfg.clock.Now()
+		if waited := now.Sub(start); waited+retry > s.cfg.maxQueue {
+			return &QueueFullError{Key: key, Dimension: o.binding, Delay: waited + retry, MaxQueue: s.cfg.maxQueue}
+		}
+		if dl, ok := ctx.Deadline(); ok && retry > time.Until(dl) {
+			return &DeadlineError{Key: key, Delay: retry, Deadline: dl}
+		}
+		if err := s.sleepUntil(ctx, now.Add(retry+jitter(retry))); err != nil {
+			return err
+		}
+	}
+}
+
+// jitter spreads retries of waiters that were refused together: up to an
+// eighth of the wait, at most 50 ms, and at least 1 µs so that a retry always
+// lands after the instant it was told.
+func jitter(wait time.Duration) time.Duration {
+	j := min(wait/8, 50*time.Millisecond)
+	return time.Microsecond + time.Duration(rand.Int64N(int64(j)+1))
+}
+
+func (s *Shaper) sleepUntil(ctx context.Context, t time.Time) error {
+	if s.cfg.precise > 0 {
+		return timer.SleepUntilPrecise(ctx, s.cfg.clock, t, s.cfg.precise)
+	}
+	return timer.SleepUntil(ctx, s.cfg.clock, t)
+}
+
+// Reset forgets key: its next request is treated as the first. In a
+// multi-dimension shaper it forgets the key in every dimension.
+func (s *Shaper) Reset(ctx context.Context, key string) error {
+	dims, keys, err := s.keys(key)
+	if err != nil {
+		return err
+	}
+	return s.store.reset(ctx, dims, keys)
+}
+
+// Pause stops key for d: no request reserved from now on departs before
+// now+d (slots already granted keep their times). Pausing again extends, never
+// shortens. Nothing is consumed while paused; afterwards the key's contract
+// applies as usual. In a multi-dimension shaper every dimension's key is
+// paused, so an account-wide dimension pauses every key that maps to it. This
+// is how a partner's 429 with Retry-After reaches every process sharing the
+// store. A d <= 0 does nothing.
+func (s *Shaper) Pause(ctx context.Context, key string, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	dims, keys, err := s.keys(key)
+	if err != nil {
+		return err
+	}
+	return s.store.pause(ctx, dims, keys, algorithms.Millis(s.cfg.clock.Now().Add(d)))
+}
+
+// keys maps key to every dimension's key.
+func (s *Shaper) keys(key string) ([]*dim, []string, error) {
+	if err := checkKey(key); err != nil {
+		return nil, nil, err
+	}
+	keys := make([]string, len(s.dims))
+	for i, d := range s.dims {
+		keys[i] = key
+		if d.key != nil {
+			keys[i] = d.key(key)
+			if err := checkKey(keys[i]); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return s.dims, keys, nil
+}

@@ -1,0 +1,41 @@
+package shaper
+
+import (
+	"context"
+
+	"github.com/throttlekit/throttlekit-go/algorithms"
+)
+
+// Store keeps the per-key state of shapers: [NewMemoryStore] for one process,
+// the Redis store (to come) for a fleet sharing one budget. One store may
+// serve many shapers; each keeps its keys under its own prefix.
+//
+// Store's methods are unexported: the stores of this package are its only
+// implementations, so that every one of them keeps the atomicity and the
+// semantics the shaper relies on.
+type Store interface {
+	// bind registers one dimension of a shaper with the store.
+	bind(d *dim) error
+	// reserve runs one transition on one key.
+	reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (dec algorithms.Decision, tag float64, err error)
+	// reserveAll runs one transition over several keys, all or nothing.
+	reserveAll(ctx context.Context, req *multi) error
+	// cancel refunds reservations whose keys' schedules still end with them.
+	cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, costs []int64) error
+	// pause holds every departure on the keys until until (ms).
+	pause(ctx context.Context, dims []*dim, keys []string, until float64) error
+	// reset forgets the keys.
+	reset(ctx context.Context, dims []*dim, keys []string) error
+}
+
+// multi is one multi-dimension transition: the inputs, then the outputs.
+type multi struct {
+	dims  []*dim
+	algs  []algorithms.Algorithm
+	keys  []string
+	costs []int64
+	now   float64
+
+	dec  algorithms.AllDecision
+	tags []float64 // per dimension, the first number of its new state (GCRA: the TAT)
+}
