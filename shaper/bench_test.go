@@ -56,6 +56,7 @@ func BenchmarkReserve(b *testing.B) {
 		s, _ := benchShaper(b)
 		keys := warmKeys(s, 10000)
 		b.ReportAllocs()
+		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			i := 0
 			for pb.Next() {
