@@ -29,9 +29,9 @@ const DefaultSweepInterval = time.Minute
 // has passed to the store, so shapers sharing a store should share a clock.
 //
 // With WithMaxKeys, a request for a new key when the store is full first
-// evicts the idle keys of its shard; if none is idle it fails with
-// ErrStoreFull. A key that is still throttled (or paused) is never evicted, so
-// the cap never loosens a contract.
+// evicts idle keys (its own shard's, then, at most every 10 ms, the whole
+// store's); if none is idle it fails with ErrStoreFull. A key that is still
+// throttled (or paused) is never evicted, so the cap never loosens a contract.
 //
 // Close stops the sweeper; the store stays usable without it.
 type MemoryStore struct {
@@ -41,6 +41,9 @@ type MemoryStore struct {
 	maxKeys  int64
 	interval time.Duration
 	err      error
+
+	scanMu    sync.Mutex
+	scannedAt float64 // store time of the last store-wide scan at the cap
 
 	nsMu sync.Mutex
 	ns   map[string]*dim                        // prefix -> the first dimension bound to it
@@ -211,14 +214,45 @@ func (m *MemoryStore) shard(ns uint32, key string) *memShard {
 	return &m.shards[m.shardIndex(ns, key)]
 }
 
-// room reports whether a new key may be added, evicting the idle keys of sh
-// if the store is at its cap. The caller holds sh.mu.
+// fullScanEvery bounds how often (in store time, ms) a store at its cap scans
+// every shard for idle keys, so that a flood of new keys against a store full
+// of throttled keys costs one scan, not one per request.
+const fullScanEvery = 10.0
+
+// room reports whether n new keys may be added. At the cap it evicts the idle
+// keys of sh (whose lock the caller holds), then, at most once per
+// fullScanEvery, those of every other shard it can lock without waiting
+// (TryLock: a shard held by another transition is skipped, so this can never
+// deadlock with lockAll's ordered locking).
 func (m *MemoryStore) room(sh *memShard, now float64, n int64) bool {
-	if m.maxKeys == 0 || m.keys.Load()+n <= m.maxKeys {
+	fits := func() bool { return m.keys.Load()+n <= m.maxKeys }
+	if m.maxKeys == 0 || fits() {
 		return true
 	}
-	m.sweepShard(sh, now)
-	return m.keys.Load()+n <= m.maxKeys
+	if m.sweepShard(sh, now); fits() {
+		return true
+	}
+	m.scanMu.Lock()
+	due := now-m.scannedAt >= fullScanEvery
+	if due {
+		m.scannedAt = now
+	}
+	m.scanMu.Unlock()
+	if !due {
+		return false
+	}
+	for i := range m.shards {
+		other := &m.shards[i]
+		if other == sh || !other.mu.TryLock() {
+			continue
+		}
+		m.sweepShard(other, now)
+		other.mu.Unlock()
+		if fits() {
+			return true
+		}
+	}
+	return fits()
 }
 
 func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, error) {
