@@ -109,3 +109,21 @@ func TestReserveOnAnExistingKeyDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocations per Allow on an existing key, want 0", n)
 	}
 }
+
+// BenchmarkReserveAll: requests plus tokens on one account (two dimensions).
+func BenchmarkReserveAll(b *testing.B) {
+	store := NewMemoryStore(WithSweepInterval(0))
+	s, err := All(store, []Dimension{
+		{Name: "requests", Rate: Rate{Count: 100000, Period: time.Second, Burst: 1 << 40}, Cost: func(int64) int64 { return 1 }},
+		{Name: "tokens", Rate: Rate{Count: 100000, Period: time.Second, Burst: 1 << 40}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Reserve(bg, "acct", 700); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -285,20 +285,23 @@ func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorith
 }
 
 // lockAll locks the shards of keys in index order (so that concurrent
-// multi-key transitions cannot deadlock) and returns them for unlockAll.
-func (m *MemoryStore) lockAll(dims []*dim, keys []string) []*memShard {
+// multi-key transitions cannot deadlock). It returns each key's shard, and
+// the distinct shards it locked, for unlockAll.
+func (m *MemoryStore) lockAll(dims []*dim, keys []string) (perKey, locked []*memShard) {
 	idx := make([]int, len(keys))
+	perKey = make([]*memShard, len(keys))
 	for i := range keys {
 		idx[i] = m.shardIndex(dims[i].memID, keys[i])
+		perKey[i] = &m.shards[idx[i]]
 	}
 	slices.Sort(idx)
 	idx = slices.Compact(idx)
-	locked := make([]*memShard, len(idx))
+	locked = make([]*memShard, len(idx))
 	for i, j := range idx {
 		locked[i] = &m.shards[j]
 		locked[i].mu.Lock()
 	}
-	return locked
+	return perKey, locked
 }
 
 func unlockAll(shards []*memShard) {
@@ -308,7 +311,7 @@ func unlockAll(shards []*memShard) {
 }
 
 func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
-	locked := m.lockAll(req.dims, req.keys)
+	shards, locked := m.lockAll(req.dims, req.keys)
 	defer unlockAll(locked)
 	n := len(req.dims)
 	dims := make([]algorithms.Dim, n)
@@ -317,7 +320,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	floor, fresh := req.now, int64(0)
 	for i, d := range req.dims {
 		keys[i] = memKey{d.memID, req.keys[i]}
-		sh := m.shard(d.memID, req.keys[i])
+		sh := shards[i]
 		sh.high = max(sh.high, req.now)
 		if len(sh.paused) > 0 {
 			floor = max(floor, sh.paused[keys[i]])
@@ -351,7 +354,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	}
 	req.tags = make([]float64, n)
 	for i := range dims {
-		sh := m.shard(keys[i].ns, keys[i].key)
+		sh := shards[i]
 		if !exists[i] {
 			keys[i].key = strings.Clone(keys[i].key)
 			m.keys.Add(1)

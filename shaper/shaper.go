@@ -188,8 +188,9 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	return r.s.store.cancel(ctx, r.s.dims[:1], []string{r.key}, []float64{r.tag}, []int64{r.cost})
 }
 
-// outcome is one decision of a multi-dimension shaper.
+// outcome is one decision as decide returns it.
 type outcome struct {
+	now     time.Time // the clock reading the decision was made at
 	dec     algorithms.Decision
 	binding string // the dimension that bound a refusal, "pause" or ""
 	res     Reservation
@@ -237,9 +238,9 @@ func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool)
 	if s.simple() {
 		now, dec, tag, err := s.one(ctx, key, cost, allow)
 		if err != nil || !dec.Allowed {
-			return outcome{dec: dec}, err
+			return outcome{now: now, dec: dec}, err
 		}
-		return outcome{dec: dec, res: Reservation{Delay: dec.Delay, s: s, at: now.Add(dec.Delay), key: key, cost: cost, tag: tag}}, nil
+		return outcome{now: now, dec: dec, res: Reservation{Delay: dec.Delay, s: s, at: now.Add(dec.Delay), key: key, cost: cost, tag: tag}}, nil
 	}
 	now, err := s.check(ctx, key, cost)
 	if err != nil {
@@ -249,7 +250,8 @@ func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool)
 }
 
 func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow bool, now time.Time, ms float64) (outcome, error) {
-	req := &multi{now: ms}
+	n := len(s.dims)
+	req := &multi{now: ms, dims: make([]*dim, 0, n), algs: make([]algorithms.Algorithm, 0, n), keys: make([]string, 0, n), costs: make([]int64, 0, n)}
 	for _, d := range s.dims {
 		c, k := cost, key
 		if d.cost != nil {
@@ -276,12 +278,12 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 		req.costs = append(req.costs, c)
 	}
 	if len(req.dims) == 0 { // every dimension left out: nothing to limit
-		return outcome{dec: algorithms.Decision{Allowed: true}, res: Reservation{s: s, at: now, key: key, cost: cost, done: true}}, nil
+		return outcome{now: now, dec: algorithms.Decision{Allowed: true}, res: Reservation{s: s, at: now, key: key, cost: cost, done: true}}, nil
 	}
 	if err := s.store.reserveAll(ctx, req); err != nil {
 		return outcome{}, err
 	}
-	o := outcome{dec: req.dec.Decision}
+	o := outcome{now: now, dec: req.dec.Decision}
 	if b := req.dec.Binding; b < 0 {
 		o.binding = "pause"
 	} else {
@@ -408,14 +410,13 @@ func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) error {
 			return nil
 		}
 		retry := o.dec.RetryAfter
-		now := s.cfg.clock.Now()
-		if waited := now.Sub(start); waited+retry > s.cfg.maxQueue {
+		if waited := o.now.Sub(start); waited+retry > s.cfg.maxQueue {
 			return &QueueFullError{Key: key, Dimension: o.binding, Delay: waited + retry, MaxQueue: s.cfg.maxQueue}
 		}
 		if dl, ok := ctx.Deadline(); ok && retry > time.Until(dl) {
 			return &DeadlineError{Key: key, Delay: retry, Deadline: dl}
 		}
-		if err := s.sleepUntil(ctx, now.Add(retry+jitter(retry))); err != nil {
+		if err := s.sleepUntil(ctx, o.now.Add(retry+jitter(retry))); err != nil {
 			return err
 		}
 	}
@@ -446,19 +447,26 @@ func (s *Shaper) Reset(ctx context.Context, key string) error {
 	return s.store.reset(ctx, dims, keys)
 }
 
+// MaxPause is the longest pause accepted: a year.
+const MaxPause = 366 * 24 * time.Hour
+
 // Pause stops key for d: no request reserved from now on departs before
 // now+d (slots already granted keep their times). Pausing again extends, never
 // shortens. Nothing is consumed while paused; afterwards the key's contract
 // applies as usual. In a multi-dimension shaper every dimension's key is
 // paused, so an account-wide dimension pauses every key that maps to it. This
 // is how a partner's 429 with Retry-After reaches every process sharing the
-// store. A d <= 0 does nothing.
+// store. A d <= 0 does nothing; a d above MaxPause is refused with a
+// *ConfigError.
 func (s *Shaper) Pause(ctx context.Context, key string, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if d <= 0 {
 		return nil
+	}
+	if d > MaxPause {
+		return &ConfigError{Algorithm: "shaper", Field: "Pause", Value: d, Reason: fmt.Sprintf("must be at most %v", MaxPause)}
 	}
 	dims, keys, err := s.keys(key)
 	if err != nil {

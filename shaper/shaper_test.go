@@ -228,6 +228,12 @@ func TestBadInputIsTypedAndWritesNothing(t *testing.T) {
 			t.Errorf("Allow(%d-byte key, %d) = %v, want %v", len(c.key), c.cost, err, c.is)
 		}
 	}
+	if err := s.Pause(bg, "k", MaxPause+1); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Pause beyond MaxPause = %v", err)
+	}
+	if err := s.Pause(bg, "k", time.Duration(1<<63-1)); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Pause(max duration) = %v", err)
+	}
 	if err := s.Pause(bg, long, time.Second); !errors.Is(err, ErrInvalidKey) {
 		t.Errorf("Pause(long key) = %v", err)
 	}
