@@ -7,12 +7,13 @@ BENCHTIME   ?= 1s
 # staticcheck is pinned here and run with `go run`, so it never enters go.mod.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test fmt-check vet demo bench fuzz cover lint
+.PHONY: test fmt-check vet redis demo bench fuzz cover lint
 
 ## test: gofmt check, go vet, then every test under the race detector. Fuzz
 ## targets run their seed corpora (f.Add and testdata/fuzz) as ordinary tests;
-## every example program is compiled by vet and test.
-test: fmt-check vet
+## every example program is compiled by vet and test. Tests that need Redis
+## start their own redis-server processes; `redis` installs it if missing.
+test: fmt-check vet redis
 	$(GO) test -race -count=1 -timeout 8m ./...
 
 fmt-check:
@@ -21,6 +22,9 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+redis:
+	@sh scripts/ensure-redis.sh
 
 ## demo: pace calls against a contract on the real clock and report what a
 ## partner would see (about 5 seconds).
@@ -41,7 +45,7 @@ fuzz:
 	done
 
 ## cover: test coverage per function, total last.
-cover:
+cover: redis
 	$(GO) test -count=1 -coverprofile=coverage.out ./...
 	$(GO) tool cover -func=coverage.out | tail -n 25
 

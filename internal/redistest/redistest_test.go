@@ -1,0 +1,63 @@
+package redistest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestStartPauseRestart(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	c := s.Client()
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Pause()
+	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := c.Get(tctx, "k").Err()
+	cancel()
+	if err == nil {
+		t.Fatal("a paused server answered")
+	}
+	s.Resume()
+	s.Restart()
+	if got, err := c.Get(ctx, "k").Result(); err == nil || got != "" {
+		t.Fatalf("after a restart the key survived (%q, %v): there is no persistence", got, err)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	cl := StartCluster(t)
+	c := cl.Client(t)
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c", "d", "{x}1", "{x}2"} {
+		if err := c.Set(ctx, k, k, 0).Err(); err != nil {
+			t.Fatalf("SET %s on %v: %v", k, cl, err)
+		}
+	}
+	var mu sync.Mutex
+	total, masters := int64(0), 0
+	err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		n, err := m.DBSize(ctx).Result()
+		mu.Lock()
+		defer mu.Unlock()
+		total += n
+		if n > 0 {
+			masters++
+		}
+		return err
+	})
+	if err != nil || total != 6 || masters < 2 {
+		t.Fatalf("keys spread over %d masters, %d keys in all (err %v); want 6 keys on at least 2 of 3", masters, total, err)
+	}
+}
