@@ -29,7 +29,15 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is how long until the key's state is equivalent to a cold key.
 	ResetAfter time.Duration
+
+	raw [3]float64 // wait-or-retry (ms), remaining, reset (ms), before rounding
 }
+
+// Raw returns the figures the decision was made from, before rounding to
+// time.Duration and whole units: the delay (admitted) or retry-after
+// (refused) in milliseconds, the remaining units, and the reset in
+// milliseconds. Go and Lua agree on them bit for bit.
+func (d Decision) Raw() (wait, remaining, reset float64) { return d.raw[0], d.raw[1], d.raw[2] }
 
 // Algorithm is the transition every rate-limiting algorithm implements, split
 // into a read-only evaluation and a commit so that several algorithms can be
@@ -58,6 +66,21 @@ type Algorithm interface {
 	// Status reports, for st at now, how many units could be admitted at once
 	// and after how many milliseconds st becomes equivalent to a cold key.
 	Status(st State, now float64) (remaining, resetAfter float64)
+	// Params describes the algorithm for its Lua form: a one-letter kind and
+	// up to six numbers (see package lua).
+	Params() (kind string, p [6]float64)
+}
+
+// MakeDecision builds a Decision from the raw figures of a transition, as
+// Reserve does: wait (admitted) or retry (refused) in milliseconds, remaining
+// units and reset in milliseconds. The Redis store uses it to turn a Lua reply
+// into the very Decision the Go transition would return.
+func MakeDecision(allowed bool, wait, remaining, reset float64) Decision {
+	raw := [3]float64{wait, remaining, reset}
+	if allowed {
+		return Decision{Allowed: true, Delay: Duration(wait), Remaining: units(remaining), ResetAfter: Duration(reset), raw: raw}
+	}
+	return Decision{RetryAfter: Duration(wait), Remaining: units(remaining), ResetAfter: Duration(reset), raw: raw}
 }
 
 // Reserve runs one transition of a: it validates cost, finds the earliest
@@ -85,11 +108,11 @@ func ReserveNotBefore(a Algorithm, st State, now, notBefore float64, cost int64)
 	wait := at - now
 	if maxWait := a.MaxWait(); wait > maxWait {
 		rem, reset := a.Status(st, now)
-		return st, Decision{RetryAfter: Duration(wait - maxWait), Remaining: units(rem), ResetAfter: Duration(reset)}, nil
+		return st, MakeDecision(false, wait-maxWait, rem, reset), nil
 	}
 	st = a.Commit(st, now, at, cost)
 	rem, reset := a.Status(st, now)
-	return st, Decision{Allowed: true, Delay: Duration(wait), Remaining: units(rem), ResetAfter: Duration(reset)}, nil
+	return st, MakeDecision(true, wait, rem, reset), nil
 }
 
 // Millis converts t to float64 milliseconds since the Unix epoch, the time

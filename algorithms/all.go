@@ -64,13 +64,13 @@ func AllNotBefore(dims []Dim, now, notBefore float64) (AllDecision, error) {
 	b := &dims[binding]
 	if wait := at - now; wait > maxWait {
 		rem, reset := b.Alg.Status(b.State, now)
-		return AllDecision{Decision{RetryAfter: Duration(wait - maxWait), Remaining: units(rem), ResetAfter: Duration(reset)}, bindingOr(floor, binding)}, nil
+		return AllDecision{MakeDecision(false, wait-maxWait, rem, reset), bindingOr(floor, binding)}, nil
 	}
 	for i := range dims {
 		dims[i].State = dims[i].Alg.Commit(dims[i].State, now, at, dims[i].Cost)
 	}
 	rem, reset := b.Alg.Status(b.State, now)
-	return AllDecision{Decision{Allowed: true, Delay: Duration(at - now), Remaining: units(rem), ResetAfter: Duration(reset)}, bindingOr(floor, binding)}, nil
+	return AllDecision{MakeDecision(true, at-now, rem, reset), bindingOr(floor, binding)}, nil
 }
 
 func bindingOr(floor bool, binding int) int {

@@ -64,6 +64,9 @@ func (w *FixedWindow) Commit(st State, now, at float64, cost int64) State {
 	return set2(st, start, count+float64(cost))
 }
 
+// Params returns "f": limit, window.
+func (w *FixedWindow) Params() (string, [6]float64) { return "f", [6]float64{w.limit, w.window} }
+
 // Status returns what is left in the current window and the time until it ends.
 func (w *FixedWindow) Status(st State, now float64) (remaining, resetAfter float64) {
 	start, count := w.current(st, now)

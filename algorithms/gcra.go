@@ -125,6 +125,9 @@ func (g *GCRA) Commit(st State, now, at float64, cost int64) State {
 	return set1(st, base+tc)
 }
 
+// Params returns "g": interval, tolerance, MaxWait.
+func (g *GCRA) Params() (string, [6]float64) { return "g", [6]float64{g.interval, g.tau, g.maxWait} }
+
 // Status returns the units admissible at once and the time until the TAT passes.
 func (g *GCRA) Status(st State, now float64) (remaining, resetAfter float64) {
 	tat := now

@@ -192,6 +192,16 @@ func (q *Quota) Commit(st State, now, at float64, cost int64) State {
 	return st
 }
 
+// Params returns "q": limit, cadence (1 day, 2 week, 3 month, 4 fixed),
+// offset, first weekday, period, anchor; a rolling quota is its sliding window.
+func (q *Quota) Params() (string, [6]float64) {
+	if q.rolling != nil {
+		return q.rolling.Params()
+	}
+	c := &q.cadence
+	return "q", [6]float64{q.limit, float64(c.kind), c.offset, c.weekday, c.period, c.anchor}
+}
+
 // Status returns what is left in the current period and the time until it ends.
 func (q *Quota) Status(st State, now float64) (remaining, resetAfter float64) {
 	if q.rolling != nil {

@@ -87,6 +87,9 @@ func (l *SlidingLog) Commit(st State, now, at float64, cost int64) State {
 	return append(st, now, c)
 }
 
+// Params returns "l": limit, window.
+func (l *SlidingLog) Params() (string, [6]float64) { return "l", [6]float64{l.limit, l.window} }
+
 // Status returns limit minus the live cost and the time until the newest entry expires.
 func (l *SlidingLog) Status(st State, now float64) (remaining, resetAfter float64) {
 	_, used := l.live(st, now)

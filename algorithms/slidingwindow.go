@@ -145,6 +145,11 @@ func (w *SlidingWindow) Commit(st State, now, at float64, cost int64) State {
 	return st
 }
 
+// Params returns "s": limit, sub-bucket width, number of sub-buckets.
+func (w *SlidingWindow) Params() (string, [6]float64) {
+	return "s", [6]float64{w.limit, w.width, float64(w.n)}
+}
+
 // Status returns limit minus the estimate, and the time until the newest
 // non-empty bucket has left the window.
 func (w *SlidingWindow) Status(st State, now float64) (remaining, resetAfter float64) {

@@ -72,6 +72,9 @@ func (b *TokenBucket) Commit(st State, now, at float64, cost int64) State {
 	return set2(st, tokens-float64(cost), last)
 }
 
+// Params returns "t": interval, capacity.
+func (b *TokenBucket) Params() (string, [6]float64) { return "t", [6]float64{b.interval, b.burst} }
+
 // Status returns the tokens present and the time until the bucket is full.
 // After a clock step backwards the refill resumes only once the clock passes
 // the last update again, so that wait counts too.

@@ -1,0 +1,228 @@
+package lua_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/lua"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var update = flag.Bool("update", false, "rewrite testdata/conformance.golden from the current Go math")
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// configs are the conformance configurations: every algorithm, fractional
+// rates, bursts, queues, calendars, and multi-dimension combinations.
+func configs() [][]algorithms.Algorithm {
+	r := func(count float64, period time.Duration, burst int64) algorithms.Rate {
+		return algorithms.Rate{Count: count, Period: period, Burst: burst}
+	}
+	anchor := time.Date(2026, 1, 5, 9, 30, 0, 0, time.UTC)
+	one := func(a algorithms.Algorithm) []algorithms.Algorithm { return []algorithms.Algorithm{a} }
+	return [][]algorithms.Algorithm{
+		one(must(algorithms.NewGCRA(r(7, 3*time.Second, 5)))),
+		one(must(algorithms.NewGCRA(r(10, time.Second, 1)))),
+		one(must(algorithms.NewLeakyBucket(r(7, 3*time.Second, 1), 10*time.Second))),
+		one(must(algorithms.NewLeakyBucket(r(100, time.Minute, 20), 5*time.Second))),
+		one(must(algorithms.NewLeakyBucket(r(3, time.Second, 2), 0))),
+		one(must(algorithms.NewTokenBucket(r(7, 3*time.Second, 5)))),
+		one(must(algorithms.NewTokenBucket(r(1000, time.Hour, 50)))),
+		one(must(algorithms.NewFixedWindow(5, time.Second))),
+		one(must(algorithms.NewFixedWindow(20, 7*time.Second))),
+		one(must(algorithms.NewSlidingWindow(5, time.Second, 1))),
+		one(must(algorithms.NewSlidingWindow(12, 3*time.Second, 7))),
+		one(must(algorithms.NewSlidingWindow(30, time.Minute, 60))),
+		one(must(algorithms.NewSlidingLog(5, time.Second))),
+		one(must(algorithms.NewSlidingLog(9, 2500*time.Millisecond))),
+		one(must(algorithms.NewQuota(40, algorithms.Daily(14*time.Hour)))),
+		one(must(algorithms.NewQuota(40, algorithms.Weekly(-12*time.Hour, time.Monday)))),
+		one(must(algorithms.NewQuota(60, algorithms.Monthly(5*time.Hour+30*time.Minute)))),
+		one(must(algorithms.NewQuota(8, algorithms.Fixed(3*time.Second, anchor)))),
+		one(must(algorithms.NewQuota(8, algorithms.Rolling(4*time.Second, 4)))),
+		{must(algorithms.NewLeakyBucket(r(60, time.Minute, 1), 20*time.Second)), must(algorithms.NewLeakyBucket(r(1000, time.Minute, 100), 20*time.Second))},
+		{must(algorithms.NewLeakyBucket(r(7, 3*time.Second, 2), 8*time.Second)), must(algorithms.NewLeakyBucket(r(5, time.Second, 5), time.Minute))},
+		{must(algorithms.NewGCRA(r(5, time.Second, 5))), must(algorithms.NewFixedWindow(12, 4*time.Second))},
+		{must(algorithms.NewTokenBucket(r(4, time.Second, 4))), must(algorithms.NewSlidingLog(10, 3*time.Second)), must(algorithms.NewQuota(50, algorithms.Daily(0)))},
+		{must(algorithms.NewSlidingWindow(6, 2*time.Second, 4)), must(algorithms.NewGCRA(r(2, time.Second, 3)))},
+	}
+}
+
+// timeline: seeded steps of 0-900 ms, sometimes idle gaps of hours,
+// sometimes the clock set back, and costs of 1-5; then steps on a grid of
+// whole milliseconds that hit window edges and expiries exactly.
+type step struct {
+	dt   float64
+	cost int64
+}
+
+func timeline(seed uint64, n int) []step {
+	rng := rand.New(rand.NewPCG(seed, 17))
+	out := make([]step, n)
+	for i := range out {
+		if i >= 200 { // from step 200 on a grid, so that instants land exactly on window edges and expiries
+			out[i].dt = []float64{0, 100, 250, 500, 1000}[rng.IntN(5)]
+			out[i].cost = int64(1 + rng.IntN(5))
+			continue
+		}
+		switch x := rng.IntN(100); {
+		case x < 4:
+			out[i].dt = float64(1+rng.IntN(5)) * 3600e3 * (0.5 + rng.Float64())
+		case x < 9:
+			out[i].dt = -float64(rng.IntN(3000)) - rng.Float64()
+		default:
+			out[i].dt = float64(rng.IntN(900)) + math.Round(rng.Float64()*1e3)/1e3
+		}
+		out[i].cost = int64(1 + rng.IntN(5))
+	}
+	return out
+}
+
+func fmtState(st []float64) string {
+	s := make([]string, len(st))
+	for i, x := range st {
+		s[i] = lua.Float(x)
+	}
+	return strings.Join(s, " ")
+}
+
+func fmtDecision(d algorithms.Decision, binding int) string {
+	w, rem, reset := d.Raw()
+	return fmt.Sprintf("%v %s %s %s b%d", d.Allowed, lua.Float(w), lua.Float(rem), lua.Float(reset), binding)
+}
+
+// TestGoAndLuaAreBitIdentical runs every configuration's timeline through the
+// Go transition and the Lua script (client clock) and requires the same
+// decision and the same stored state, bit for bit, at every step; the
+// transcript must also match testdata/conformance.golden, so that neither
+// side can drift unnoticed.
+func TestGoAndLuaAreBitIdentical(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	ctx := context.Background()
+	t0 := algorithms.Millis(time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC))
+	var transcript strings.Builder
+	steps := 0
+	for ci, algs := range configs() {
+		keys := make([]string, 0, 2*len(algs))
+		for d := range algs {
+			keys = append(keys, fmt.Sprintf("conf:{%d}:%d:s", ci, d), fmt.Sprintf("conf:{%d}:%d:p", ci, d))
+		}
+		states := make([]algorithms.State, len(algs))
+		now := t0
+		fmt.Fprintf(&transcript, "config %d:", ci)
+		for _, a := range algs {
+			kind, p := a.Params()
+			fmt.Fprintf(&transcript, " %s%v", kind, p)
+		}
+		transcript.WriteByte('\n')
+		for si, s := range timeline(uint64(ci), 400) {
+			if si == 200 { // the grid half starts on a whole second, so that grid steps hit period edges
+				now = math.Ceil(now/1000) * 1000
+			}
+			now += s.dt
+			dims := make([]algorithms.Dim, len(algs))
+			ldims := make([]lua.Dim, len(algs))
+			cost := s.cost
+			for _, a := range algs {
+				for cost > 1 && a.ValidateCost(cost) != nil {
+					cost--
+				}
+			}
+			for d, a := range algs {
+				dims[d] = algorithms.Dim{Alg: a, State: slices.Clone(states[d]), Cost: cost}
+				kind, p := a.Params()
+				ldims[d] = lua.Dim{Kind: kind, Params: p, Cost: cost}
+			}
+			goDec, err := algorithms.AllNotBefore(dims, now, now)
+			if err != nil {
+				t.Fatalf("config %d step %d: %v", ci, si, err)
+			}
+			if len(algs) == 1 { // the memory store's single-key path must agree with All
+				next, d1, _ := algorithms.ReserveNotBefore(algs[0], slices.Clone(states[0]), now, now, cost)
+				if d1 != goDec.Decision || (d1.Allowed && fmtState(next) != fmtState(dims[0].State)) {
+					t.Fatalf("config %d step %d: ReserveNotBefore %+v differs from AllNotBefore %+v", ci, si, d1, goDec)
+				}
+			}
+			v, err := lua.Reserve.Run(ctx, client, keys, lua.ReserveArgs(lua.Float(now), ldims)...).Result()
+			if err != nil {
+				t.Fatalf("config %d step %d: %v", ci, si, err)
+			}
+			rep, err := lua.ParseReserve(v, len(algs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			luaDec := algorithms.MakeDecision(rep.Allowed, rep.Wait, rep.Remaining, rep.Reset)
+			if luaDec != goDec.Decision || rep.Binding != goDec.Binding || rep.Now != now {
+				t.Fatalf("config %d step %d (now %v, cost %d): Go %+v binding %d, Lua %+v binding %d (raw %+v)",
+					ci, si, lua.Float(now), cost, goDec.Decision, goDec.Binding, luaDec, rep.Binding, rep)
+			}
+			transcript.WriteString(fmt.Sprintf("%d %s c%d %s |", si, lua.Float(now-t0), cost, fmtDecision(goDec.Decision, goDec.Binding)))
+			for d := range algs {
+				if goDec.Allowed {
+					states[d] = dims[d].State
+				}
+				stored, err := client.Get(ctx, keys[2*d]).Result()
+				if err != nil && states[d] != nil {
+					t.Fatalf("config %d step %d: GET %s: %v", ci, si, keys[2*d], err)
+				}
+				luaState, err := lua.DecodeState(stored)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fmtState(luaState) != fmtState(states[d]) {
+					t.Fatalf("config %d step %d dim %d: Go state %q, Lua state %q", ci, si, d, fmtState(states[d]), stored)
+				}
+				if goDec.Allowed && rep.Tags[d] != states[d][0] {
+					t.Fatalf("config %d step %d dim %d: tag %v, state[0] %v", ci, si, d, rep.Tags[d], states[d][0])
+				}
+				transcript.WriteString(" " + fmtState(states[d]) + " |")
+			}
+			transcript.WriteByte('\n')
+			steps++
+		}
+		if err := client.Del(ctx, keys...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(configs()) < 20 || steps < 20*400 {
+		t.Fatalf("only %d configurations, %d steps", len(configs()), steps)
+	}
+	const golden = "testdata/conformance.golden"
+	if *update {
+		if err := os.WriteFile(golden, []byte(transcript.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./lua -run BitIdentical -update to create it)", err)
+	}
+	if got := transcript.String(); got != string(want) {
+		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
+		for i := range min(len(gl), len(wl)) {
+			if gl[i] != wl[i] {
+				t.Fatalf("the transcript drifted from %s at line %d:\n got %s\nwant %s", golden, i+1, gl[i], wl[i])
+			}
+		}
+		t.Fatalf("the transcript has %d lines, %s has %d", len(gl), golden, len(wl))
+	}
+}

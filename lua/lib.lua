@@ -1,0 +1,332 @@
+-- ThrottleKit's algorithms in Lua: a line-for-line port of package algorithms.
+-- Every arithmetic operation happens in the same order as in Go, where every
+-- product that is added is rounded on its own (Go wraps it in float64()), so
+-- that Go and Redis compute bit-identical numbers. Numbers enter and leave as
+-- %.17g strings. Arrays are 1-based here and 0-based in Go: st[1] here is st[0]
+-- there.
+
+local floor = math.floor
+
+local function fmt(x) return string.format('%.17g', x) end
+
+local function decode(s)
+  local st = {}
+  if s then
+    for w in string.gmatch(s, '%S+') do st[#st + 1] = tonumber(w) end
+  end
+  return st
+end
+
+local function encode(st)
+  local out = {}
+  for i = 1, #st do out[i] = fmt(st[i]) end
+  return table.concat(out, ' ')
+end
+
+local function floor_mod(a, b) return a - floor(a / b) * b end
+
+-- GCRA and the leaky-bucket shaper: p = {interval, tau, maxWait}; st = {tat}.
+local gcra = {}
+function gcra.earliest(p, st, now, cost)
+  local tat = now
+  if #st > 0 and st[1] > now then tat = st[1] end
+  local allow_at = (tat + p[1] * cost) - p[2]
+  if allow_at < now then return now end
+  return allow_at
+end
+function gcra.commit(p, st, now, at, cost)
+  local tc = p[1] * cost
+  local base = now
+  if #st > 0 and st[1] > base then base = st[1] end
+  local excess = tc - p[2]
+  if excess < 0 then excess = 0 end
+  local v = at - excess
+  if v > base then base = v end
+  return {base + tc}
+end
+function gcra.status(p, st, now)
+  local tat = now
+  if #st > 0 and st[1] > now then tat = st[1] end
+  return ((now + p[2]) - tat) / p[1], tat - now
+end
+function gcra.max_wait(p) return p[3] end
+
+-- Token bucket: p = {interval, burst}; st = {tokens, last}.
+local token = {}
+local function token_level(p, st, now)
+  if #st < 2 then return p[2], now end
+  local tokens, last = st[1], st[2]
+  local elapsed = now - last
+  if elapsed > 0 then
+    tokens = tokens + elapsed / p[1]
+    if tokens > p[2] then tokens = p[2] end
+    last = now
+  end
+  return tokens, last
+end
+function token.earliest(p, st, now, cost)
+  local tokens = token_level(p, st, now)
+  if tokens >= cost then return now end
+  return now + (cost - tokens) * p[1]
+end
+function token.commit(p, st, now, at, cost)
+  local tokens, last = token_level(p, st, now)
+  return {tokens - cost, last}
+end
+function token.status(p, st, now)
+  local tokens, last = token_level(p, st, now)
+  return tokens, (last - now) + (p[2] - tokens) * p[1]
+end
+function token.max_wait(p) return 0 end
+
+-- Fixed window: p = {limit, window}; st = {start, count}.
+local fixed = {}
+local function fixed_current(p, st, now)
+  local start = floor(now / p[2]) * p[2]
+  if #st < 2 or start > st[1] then return start, 0 end
+  return st[1], st[2]
+end
+function fixed.earliest(p, st, now, cost)
+  local start, count = fixed_current(p, st, now)
+  if count + cost <= p[1] then return now end
+  return start + p[2]
+end
+function fixed.commit(p, st, now, at, cost)
+  local start, count = fixed_current(p, st, now)
+  return {start, count + cost}
+end
+function fixed.status(p, st, now)
+  local start, count = fixed_current(p, st, now)
+  if count == 0 then return p[1], 0 end
+  return p[1] - count, (start + p[2]) - now
+end
+function fixed.max_wait(p) return 0 end
+
+-- Sliding window: p = {limit, width, n}; st = {idx, count newest, ..., count n before}.
+local sliding = {}
+local function sw_view(p, st, now)
+  local n = p[3]
+  local idx = floor(now / p[2])
+  if #st < n + 2 then return idx, n + 1, (now - idx * p[2]) / p[2] end
+  if idx < st[1] then return st[1], 0, 0 end
+  return idx, idx - st[1], (now - idx * p[2]) / p[2]
+end
+local function sw_count(p, st, shift, age)
+  local n = p[3]
+  local j = age - shift
+  if j < 0 or j > n or #st < n + 2 then return 0 end
+  return st[2 + j]
+end
+local function sw_estimate(p, st, shift, frac)
+  local full = 0
+  for age = 0, p[3] - 1 do full = full + sw_count(p, st, shift, age) end
+  return full + sw_count(p, st, shift, p[3]) * (1 - frac)
+end
+function sliding.earliest(p, st, now, cost)
+  local limit, width, n = p[1], p[2], p[3]
+  local idx, shift, frac = sw_view(p, st, now)
+  if sw_estimate(p, st, shift, frac) + cost <= limit then return now end
+  for j = 0, n do
+    local full = 0
+    for age = 0, n - j - 1 do full = full + sw_count(p, st, shift, age) end
+    if full + cost <= limit then
+      local start = 0
+      if j == 0 then start = frac end
+      local need = start
+      local old = sw_count(p, st, shift, n - j)
+      if old > 0 then
+        local f = 1 - (limit - cost - full) / old
+        if f > need then need = f end
+      end
+      if j == 0 and need == frac then return now end
+      return (idx + j) * width + need * width
+    end
+  end
+  return (idx + (n + 1)) * width
+end
+function sliding.commit(p, st, now, at, cost)
+  local n = p[3]
+  local idx, shift = sw_view(p, st, now)
+  local out = {}
+  if #st < n + 2 then
+    for i = 1, n + 2 do out[i] = 0 end
+  else
+    local k = shift
+    if k > n + 1 then k = n + 1 end
+    for i = 1, n + 2 do out[i] = st[i] end
+    if k > 0 then
+      for age = n, 0, -1 do
+        if age >= k then out[2 + age] = st[2 + age - k] else out[2 + age] = 0 end
+      end
+    end
+  end
+  out[1] = idx
+  out[2] = out[2] + cost
+  return out
+end
+function sliding.status(p, st, now)
+  local n = p[3]
+  local idx, shift, frac = sw_view(p, st, now)
+  for age = 0, n do
+    if sw_count(p, st, shift, age) > 0 then
+      local ends = (idx - age + (n + 1)) * p[2] - now
+      return p[1] - sw_estimate(p, st, shift, frac), ends
+    end
+  end
+  return p[1], 0
+end
+function sliding.max_wait(p) return 0 end
+
+-- Sliding log: p = {limit, window}; st = {total, ts1, cost1, ts2, cost2, ...}.
+local slog = {}
+local function log_live(p, st, now)
+  if #st == 0 then return 2, 0 end
+  local used, first = st[1], 2
+  while first + 1 <= #st and st[first] + p[2] <= now do
+    used = used - st[first + 1]
+    first = first + 2
+  end
+  return first, used
+end
+function slog.earliest(p, st, now, cost)
+  local first, used = log_live(p, st, now)
+  if used + cost <= p[1] then return now end
+  for i = first, #st - 1, 2 do
+    used = used - st[i + 1]
+    if used + cost <= p[1] then return st[i] + p[2] end
+  end
+  return now
+end
+function slog.commit(p, st, now, at, cost)
+  local first, used = log_live(p, st, now)
+  if #st == 0 then return {cost, now, cost} end
+  local out = {used + cost}
+  for i = first, #st do out[#out + 1] = st[i] end
+  local n = #out
+  if n >= 3 and out[n - 1] >= now then
+    out[n] = out[n] + cost
+    return out
+  end
+  out[n + 1] = now
+  out[n + 2] = cost
+  return out
+end
+function slog.status(p, st, now)
+  local first, used = log_live(p, st, now)
+  if used == 0 then return p[1], 0 end
+  return p[1] - used, (st[#st - 1] + p[2]) - now
+end
+function slog.max_wait(p) return 0 end
+
+-- Civil dates (Howard Hinnant's algorithms), as in algorithms/civil.go.
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m - 3
+  if m <= 2 then mp = m + 9 end
+  local doy = floor((153 * mp + 2) / 5) + d - 1
+  local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+local function civil_from_days(z)
+  z = z + 719468
+  local era = floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
+  local d = doy - floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if mp >= 10 then m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  return y, m, d
+end
+
+-- Quota: p = {limit, cadence (1 day, 2 week, 3 month, 4 fixed), offset, weekday, period, anchor};
+-- st = {start, used, end}.
+local quota = {}
+local DAY = 86400000
+local function quota_bounds(p, t)
+  local kind, offset = p[2], p[3]
+  if kind == 4 then
+    local start = p[6] + floor((t - p[6]) / p[5]) * p[5]
+    return start, start + p[5]
+  end
+  local day = floor((t + offset) / DAY)
+  local first, nxt
+  if kind == 1 then
+    first, nxt = day, day + 1
+  elseif kind == 2 then
+    first = day - floor_mod(day + 4 - p[4], 7)
+    nxt = first + 7
+  else
+    local y, m = civil_from_days(day)
+    first = days_from_civil(y, m, 1)
+    if m == 12 then nxt = days_from_civil(y + 1, 1, 1) else nxt = days_from_civil(y, m + 1, 1) end
+  end
+  return first * DAY - offset, nxt * DAY - offset
+end
+local function quota_current(p, st, now)
+  if #st == 3 and now < st[3] then return st[1], st[2], st[3] end
+  local start, ends = quota_bounds(p, now)
+  return start, 0, ends
+end
+function quota.earliest(p, st, now, cost)
+  local start, used, ends = quota_current(p, st, now)
+  if used + cost <= p[1] then return now end
+  return ends
+end
+function quota.commit(p, st, now, at, cost)
+  local start, used, ends = quota_current(p, st, now)
+  return {start, used + cost, ends}
+end
+function quota.status(p, st, now)
+  local start, used, ends = quota_current(p, st, now)
+  if used == 0 then return p[1], 0 end
+  return p[1] - used, ends - now
+end
+function quota.max_wait(p) return 0 end
+
+local ALG = {g = gcra, t = token, f = fixed, s = sliding, l = slog, q = quota}
+
+-- The time of the decision: the caller's (ARGV) or the server's (TIME).
+local function clock(arg)
+  if arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+
+-- all_not_before mirrors algorithms.AllNotBefore. dims[i] = {alg, p, st, cost}.
+-- It returns allowed, wait-or-retry (ms), remaining, reset (ms), binding
+-- (0-based, -1 for the floor) and, when allowed, the new states.
+local function all_not_before(dims, now, not_before)
+  local max_wait = dims[1].alg.max_wait(dims[1].p)
+  for i = 2, #dims do
+    local w = dims[i].alg.max_wait(dims[i].p)
+    if w < max_wait then max_wait = w end
+  end
+  local at, binding = now, 1
+  for i = 1, #dims do
+    local d = dims[i]
+    local t = d.alg.earliest(d.p, d.st, now, d.cost)
+    if t > at then at, binding = t, i end
+  end
+  local floored = not_before > at
+  if floored then at = not_before end
+  local b = dims[binding]
+  local bind = binding - 1
+  if floored then bind = -1 end
+  local wait = at - now
+  if wait > max_wait then
+    local rem, reset = b.alg.status(b.p, b.st, now)
+    return false, wait - max_wait, rem, reset, bind
+  end
+  for i = 1, #dims do
+    local d = dims[i]
+    d.st = d.alg.commit(d.p, d.st, now, at, d.cost)
+  end
+  local rem, reset = b.alg.status(b.p, b.st, now)
+  return true, wait, rem, reset, bind
+end

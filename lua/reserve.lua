@@ -1,0 +1,40 @@
+
+-- reserve: one transition over N dimensions, all or nothing (a single key is N = 1).
+-- KEYS: per dimension, its state key then its pause key.
+-- ARGV[1]: now in ms ('' for the server's TIME); then per dimension 8 values:
+--   kind, six parameters, cost.
+-- Reply: {allowed '1'|'0', wait-or-retry ms, remaining, reset ms, binding, now,
+--   then, when allowed, each dimension's new state[1] (its cancel tag)}.
+local now = clock(ARGV[1])
+local n = #KEYS / 2
+local dims = {}
+local not_before = now
+for i = 1, n do
+  local a = 2 + (i - 1) * 8
+  local d = {alg = ALG[ARGV[a]], cost = tonumber(ARGV[a + 7])}
+  if not d.alg then return redis.error_reply('throttlekit: unknown algorithm kind ' .. tostring(ARGV[a])) end
+  d.p = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+         tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])}
+  d.st = decode(redis.call('GET', KEYS[2 * i - 1]))
+  local paused = redis.call('GET', KEYS[2 * i])
+  if paused then
+    local v = tonumber(paused)
+    if v > not_before then not_before = v end
+  end
+  dims[i] = d
+end
+local ok, wait, rem, reset, bind = all_not_before(dims, now, not_before)
+local ok_s = '0'
+if ok then ok_s = '1' end
+local reply = {ok_s, fmt(wait), fmt(rem), fmt(reset), tostring(bind), fmt(now)}
+if ok then
+  for i = 1, n do
+    local d = dims[i]
+    local _, cold_in = d.alg.status(d.p, d.st, now)
+    local ttl = math.ceil(cold_in)
+    if ttl < 1 then ttl = 1 end
+    redis.call('SET', KEYS[2 * i - 1], encode(d.st), 'PX', ttl)
+    reply[#reply + 1] = fmt(d.st[1])
+  end
+end
+return reply
