@@ -26,6 +26,10 @@ var (
 	// ErrInvalidKey is matched by *KeyError: a key longer than MaxKeyLen.
 	ErrInvalidKey = errors.New("throttlekit: invalid key")
 
+	// ErrStoreUnavailable is matched by every *StoreError: the store (Redis)
+	// failed or timed out and the failure policy is FailClosed.
+	ErrStoreUnavailable = errors.New("throttlekit: store unavailable")
+
 	// ErrStoreFull is returned by a memory store at its MaxKeys cap when a new
 	// key arrives and no stored key is idle. Existing keys are unaffected.
 	ErrStoreFull = errors.New("throttlekit: memory store is full (MaxKeys) and no key is idle")
@@ -109,3 +113,21 @@ func (e *DeadlineError) Error() string {
 
 // Unwrap makes errors.Is(err, context.DeadlineExceeded) true.
 func (e *DeadlineError) Unwrap() error { return context.DeadlineExceeded }
+
+// StoreError reports a store that failed or timed out under the FailClosed
+// policy. It matches ErrStoreUnavailable and unwraps to the cause.
+type StoreError struct {
+	Op  string // "reserve", "cancel", "pause", "reset"
+	Err error
+}
+
+// Error says which operation failed and why.
+func (e *StoreError) Error() string {
+	return fmt.Sprintf("throttlekit: store unavailable (%s): %v", e.Op, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrStoreUnavailable) true.
+func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }

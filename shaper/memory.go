@@ -381,7 +381,8 @@ func (m *MemoryStore) cancel(_ context.Context, dims []*dim, keys []string, tags
 	return nil
 }
 
-func (m *MemoryStore) pause(_ context.Context, dims []*dim, keys []string, until float64) error {
+func (m *MemoryStore) pause(_ context.Context, dims []*dim, keys []string, now, d float64) error {
+	until := now + d
 	for i, d := range dims {
 		k := memKey{d.memID, keys[i]}
 		sh := m.shard(k.ns, k.key)

@@ -63,6 +63,10 @@ type dim struct {
 	gcra     *algorithms.GCRA // non-nil when Cancel can refund
 	key      func(string) string
 	cost     func(int64) int64
+	base     string    // the shaper's prefix (prefix is base + name + ":")
+	spec     Algorithm // how alg was built, so that a store can build a scaled copy
+	rate     Rate
+	maxQueue time.Duration
 
 	memID uint32 // set by MemoryStore.bind
 }
@@ -130,6 +134,10 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 			allow:    allow,
 			key:      spec.Key,
 			cost:     spec.Cost,
+			base:     cfg.prefix,
+			spec:     cfg.alg,
+			rate:     spec.Rate,
+			maxQueue: cfg.maxQueue,
 		}
 		if spec.Name != "" {
 			d.prefix += spec.Name + ":"
@@ -472,7 +480,7 @@ func (s *Shaper) Pause(ctx context.Context, key string, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	return s.store.pause(ctx, dims, keys, algorithms.Millis(s.cfg.clock.Now().Add(d)))
+	return s.store.pause(ctx, dims, keys, algorithms.Millis(s.cfg.clock.Now()), algorithms.DurationMillis(d))
 }
 
 // keys maps key to every dimension's key.

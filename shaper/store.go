@@ -22,8 +22,9 @@ type Store interface {
 	reserveAll(ctx context.Context, req *multi) error
 	// cancel refunds reservations whose keys' schedules still end with them.
 	cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, costs []int64) error
-	// pause holds every departure on the keys until until (ms).
-	pause(ctx context.Context, dims []*dim, keys []string, until float64) error
+	// pause holds every departure on the keys for d ms from now (ms; a store
+	// on the server's clock measures from its own now).
+	pause(ctx context.Context, dims []*dim, keys []string, now, d float64) error
 	// reset forgets the keys.
 	reset(ctx context.Context, dims []*dim, keys []string) error
 }

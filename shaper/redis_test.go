@@ -1,0 +1,159 @@
+package shaper
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/internal/timer"
+)
+
+// redisClient returns a client on a fresh redis-server that honours context
+// deadlines on the socket.
+func redisClient(t *testing.T) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	return srv, srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 })
+}
+
+// scenario is one shaper configuration of the cross-store conformance run.
+type scenario struct {
+	name string
+	make func(store Store, clock Clock, prefix string) (*Shaper, error)
+}
+
+func scenarios() []scenario {
+	with := func(alg Algorithm, rate Rate, extra ...Option) func(Store, Clock, string) (*Shaper, error) {
+		return func(store Store, clock Clock, prefix string) (*Shaper, error) {
+			return New(store, rate, append([]Option{WithClock(clock), WithAlgorithm(alg), WithPrefix(prefix)}, extra...)...)
+		}
+	}
+	account := func(key string) string { return "acct:" + key[:1] }
+	return []scenario{
+		{"leaky 7/3s", with(LeakyBucket, Rate{Count: 7, Period: 3 * time.Second}, WithMaxQueue(5*time.Second))},
+		{"leaky 10/s burst 3", with(LeakyBucket, PerSecond(10).WithBurst(3), WithMaxQueue(2*time.Second))},
+		{"gcra", with(GCRA, PerSecond(5).WithBurst(5))},
+		{"token", with(TokenBucket, PerSecond(4).WithBurst(6))},
+		{"fixed", with(FixedWindow, PerSecond(6))},
+		{"sliding", with(SlidingWindow, Rate{Count: 9, Period: 2 * time.Second})},
+		{"log", with(SlidingWindowLog, PerSecond(5))},
+		{"quota", with(Quota(Daily(14*time.Hour)), PerSecond(30))},
+		{"multi", func(store Store, clock Clock, prefix string) (*Shaper, error) {
+			return All(store, []Dimension{
+				{Name: "account", Rate: PerSecond(8), Key: account, Cost: func(int64) int64 { return 1 }},
+				{Name: "tokens", Rate: PerSecond(100).WithBurst(40)},
+			}, WithClock(clock), WithMaxQueue(3*time.Second), WithPrefix(prefix))
+		}},
+	}
+}
+
+var oddKeys = []string{"a", "b{x}", "c}", "{d", "e f", "ключ", `g\h`, "a"}
+
+// runScenario drives one shaper through a seeded sequence of operations and
+// returns the transcript of every outcome.
+func runScenario(t *testing.T, s *Shaper, clock *timer.Fake, seed uint64) []string {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 3))
+	var out []string
+	var held []Reservation
+	for i := range 300 {
+		key := oddKeys[rng.IntN(len(oddKeys))]
+		switch op := rng.IntN(20); {
+		case op < 10:
+			r, err := s.Reserve(bg, key, int64(1+rng.IntN(3)))
+			if err == nil {
+				held = append(held, r)
+			}
+			out = append(out, fmt.Sprintf("%d reserve %q: %v %v", i, key, r.Delay, errText(err)))
+		case op < 13:
+			ok, err := s.Allow(bg, key, 1)
+			out = append(out, fmt.Sprintf("%d allow %q: %v %v", i, key, ok, errText(err)))
+		case op < 15 && len(held) > 0:
+			j := rng.IntN(len(held))
+			err := held[j].Cancel(bg)
+			out = append(out, fmt.Sprintf("%d cancel %d: %v", i, j, errText(err)))
+		case op < 16:
+			err := s.Pause(bg, key, time.Duration(rng.IntN(1500))*time.Millisecond)
+			out = append(out, fmt.Sprintf("%d pause %q: %v", i, key, errText(err)))
+		case op < 17:
+			out = append(out, fmt.Sprintf("%d reset %q: %v", i, key, errText(s.Reset(bg, key))))
+		default:
+			clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
+		}
+	}
+	return out
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var qf *QueueFullError
+	if errors.As(err, &qf) {
+		return fmt.Sprintf("queue-full(%v, %v, %s)", qf.Delay, qf.MaxQueue, qf.Dimension)
+	}
+	return err.Error()
+}
+
+// The Redis store (client clock) and the memory store give the same outcome
+// for every operation of every scenario: same delays, same refusals, same
+// errors; keys with braces, spaces, backslashes and non-ASCII included.
+func conformance(t *testing.T, client redis.UniversalClient) {
+	for i, sc := range scenarios() {
+		memClock, redisClock := timer.NewFake(t0), timer.NewFake(t0)
+		mem := NewMemoryStore(WithSweepInterval(0))
+		prefix := fmt.Sprintf("conf%d:", i) // scenarios must not share keys on the one server
+		ms, err := sc.make(mem, memClock, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := sc.make(NewRedisStore(client, WithClientClock(), WithTimeout(5*time.Second)), redisClock, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := runScenario(t, ms, memClock, uint64(i))
+		got := runScenario(t, rs, redisClock, uint64(i))
+		for j := range want {
+			if got[j] != want[j] {
+				t.Fatalf("%s: step %s\n memory: %s\n  redis: %s", sc.name, strconv.Itoa(j), want[j], got[j])
+			}
+		}
+	}
+}
+
+func TestRedisStoreMatchesMemoryStore(t *testing.T) {
+	t.Parallel()
+	_, c := redisClient(t)
+	conformance(t, c)
+}
+
+func TestRedisClusterMatchesMemoryStore(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	conformance(t, cl.Client(t))
+}
+
+// Keys never choose their slot: braces in keys and prefixes are escaped, so a
+// key's own text decides nothing, and a multi-dimension reservation's keys
+// share the slot of its first dimension's key.
+func TestRedisKeysAreEscaped(t *testing.T) {
+	t.Parallel()
+	d := &dim{base: "tk:{evil}:", name: "tokens"}
+	keys := redisKeys([]*dim{{base: "tk:{evil}:"}, d}, []string{"{slot}x", "y}"}, "{slot}x")
+	for _, k := range keys {
+		open := strings.Index(k, "{")
+		closing := strings.Index(k[open+1:], "}")
+		if tag := k[open+1 : open+1+closing]; tag != `\(slot\)x` {
+			t.Fatalf("key %q hashes on %q, want the escaped first key", k, tag)
+		}
+	}
+	if escape(`a\(`) == escape(`a{`) {
+		t.Fatal("escaping is not one to one")
+	}
+}
