@@ -15,9 +15,10 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ## start their own redis-server processes; `redis` installs it if missing.
 test: fmt-check vet redis
 	$(GO) test -race -count=1 -timeout 8m ./...
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
 
 fmt-check:
-	@unformatted="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go') bench)"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 
 vet:
@@ -31,9 +32,12 @@ redis:
 demo:
 	$(GO) run ./examples/pacing
 
-## bench: every benchmark with allocation counts.
-bench:
+## bench: every benchmark of the library with allocation counts, then the
+## nested bench module (ThrottleKit beside redis_rate and a no-op EVALSHA on
+## one Redis server it starts itself).
+bench: redis
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+	cd bench && $(GO) test -run '^$$' -bench . -benchtime 20000x -timeout 8m .
 
 ## fuzz: a real fuzzing run of FUZZTIME for every fuzz target, one at a time.
 fuzz:

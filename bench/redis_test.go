@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/shaper"
+)
+
+var ctx = context.Background()
+
+const keys = 1000
+
+// measure runs b.N operations spread over g goroutines and reports
+// throughput (ops/s) and latency percentiles (p50-us, p99-us).
+func measure(b *testing.B, g int, op func(i int) error) {
+	per := max(1, b.N/g)
+	lat := make([][]time.Duration, g)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for w := range g {
+		wg.Go(func() {
+			l := make([]time.Duration, 0, per)
+			for i := range per {
+				t := time.Now()
+				if err := op(w*per + i); err != nil {
+					b.Error(err)
+					return
+				}
+				l = append(l, time.Since(t))
+			}
+			lat[w] = l
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "ops/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-us")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-us")
+}
+
+func client(srv *redistest.Server) *redis.Client {
+	return srv.Client(func(o *redis.Options) { o.PoolSize = 128 })
+}
+
+// BenchmarkRedis: ThrottleKit's Reserve (leaky bucket, server clock), beside
+// redis_rate's Allow (GCRA) and a no-op EVALSHA (the floor: one round trip that
+// does nothing), on the same server, at 1, 8 and 64 goroutines, over 1,000 keys
+// with limits no request reaches.
+func BenchmarkRedis(b *testing.B) {
+	srv := redistest.Start(b)
+	c := client(srv)
+	s, err := shaper.New(shaper.NewRedisStore(c), shaper.Rate{Count: 100000, Period: time.Second, Burst: 1 << 40})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rr := redis_rate.NewLimiter(c)
+	limit := redis_rate.Limit{Rate: 1 << 30, Burst: 1 << 30, Period: time.Second}
+	noop := redis.NewScript("return 1")
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "user:" + strconv.Itoa(i)
+	}
+	ops := map[string]func(i int) error{
+		"throttlekit-reserve": func(i int) error { _, err := s.Reserve(ctx, names[i%keys], 1); return err },
+		"redis_rate-allow":    func(i int) error { _, err := rr.Allow(ctx, names[i%keys], limit); return err },
+		"noop-evalsha":        func(i int) error { return noop.Run(ctx, c, []string{names[i%keys]}).Err() },
+	}
+	for _, g := range []int{1, 8, 64} {
+		for _, name := range []string{"noop-evalsha", "redis_rate-allow", "throttlekit-reserve"} {
+			b.Run(fmt.Sprintf("%s/g=%d", name, g), func(b *testing.B) { measure(b, g, ops[name]) })
+		}
+	}
+}
+
+var usedMemory = regexp.MustCompile(`used_memory:(\d+)`)
+
+func used(b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, _ := strconv.ParseInt(usedMemory.FindStringSubmatch(info)[1], 10, 64)
+	return n
+}
+
+// BenchmarkRedisBytesPerKey: server memory per limited key (used_memory
+// before and after 20,000 keys), ThrottleKit's leaky bucket beside redis_rate.
+func BenchmarkRedisBytesPerKey(b *testing.B) {
+	srv := redistest.Start(b)
+	c := client(srv)
+	const n = 20000
+	s, err := shaper.New(shaper.NewRedisStore(c), shaper.PerSecond(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rr := redis_rate.NewLimiter(c)
+	for _, lib := range []string{"throttlekit", "redis_rate"} {
+		b.Run(lib, func(b *testing.B) {
+			// Measured once, whatever b.N: the figure is a size, not a speed.
+			if err := c.FlushAll(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			before := used(b, c)
+			for i := range n {
+				key := "user:" + strconv.Itoa(100000+i)
+				if lib == "throttlekit" {
+					_, err = s.Reserve(ctx, key, 1)
+				} else {
+					_, err = rr.Allow(ctx, key, redis_rate.PerSecond(1))
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			perKey := float64(used(b, c)-before) / n
+			for b.Loop() {
+			}
+			b.ReportMetric(perKey, "B/key") // after the loop: b.Loop drops earlier metrics
+		})
+	}
+}
