@@ -4,7 +4,7 @@
 //
 // Create a store, then a shaper per contract:
 //
-//	store := shaper.NewMemoryStore() // one process; the Redis store shares a budget across a fleet
+//	store := shaper.NewMemoryStore() // one process; shaper.NewRedisStore(client) shares a budget across a fleet
 //	defer store.Close()
 //	s, err := shaper.New(store, shaper.PerSecond(10)) // or shaper.ParseRate("600/min burst 5")
 //	...

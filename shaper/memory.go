@@ -19,7 +19,7 @@ const memShards = 64 // a power of two
 const DefaultSweepInterval = time.Minute
 
 // MemoryStore keeps shaper state in this process: the embedded default, for a
-// single process (a fleet shares a budget through the Redis store).
+// single process (a fleet shares a budget through NewRedisStore).
 //
 // It is sharded 64 ways by key, so there is no global lock on the hot path,
 // and a reservation on an existing key allocates nothing. Keys whose state is

@@ -7,7 +7,7 @@ import (
 )
 
 // Store keeps the per-key state of shapers: [NewMemoryStore] for one process,
-// the Redis store (to come) for a fleet sharing one budget. One store may
+// [NewRedisStore] for a fleet sharing one budget. One store may
 // serve many shapers; each keeps its keys under its own prefix.
 //
 // Store's methods are unexported: the stores of this package are its only
