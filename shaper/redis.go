@@ -3,7 +3,6 @@ package shaper
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,11 +200,22 @@ func (r *RedisStore) now(ms float64) string {
 // available reports whether Redis should be tried now.
 func (r *RedisStore) available() bool { return time.Now().UnixNano() >= r.downUntil.Load() }
 
-// failed records a Redis failure and returns whether the policy serves the call.
-func (r *RedisStore) failed(err error) bool {
-	if errors.Is(err, context.Canceled) {
-		return false // the caller gave up: not Redis's fault
+// callerDone returns the caller's ctx error, or context.DeadlineExceeded if
+// its deadline has passed but its timer has not yet fired (a socket deadline
+// set from the same instant can trip first).
+func callerDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// failed records a Redis failure (the caller's ctx is still live) and
+// returns whether the policy serves the call.
+func (r *RedisStore) failed(error) bool {
 	r.downUntil.Store(time.Now().Add(redisRetryEvery).UnixNano())
 	return r.policy.kind != 0
 }
@@ -231,11 +241,14 @@ func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorit
 func (r *RedisStore) reserveAll(ctx context.Context, req *multi) error {
 	if r.available() {
 		err := r.reserveRedis(ctx, req)
-		if err == nil || !r.failed(err) {
-			if err != nil {
-				return &StoreError{Op: "reserve", Err: err}
-			}
+		if err == nil {
 			return nil
+		}
+		if err := callerDone(ctx); err != nil { // the caller gave up or ran out of time: its error, unchanged
+			return err
+		}
+		if !r.failed(err) {
+			return &StoreError{Op: "reserve", Err: err}
 		}
 	} else if r.policy.kind == 0 {
 		return &StoreError{Op: "reserve", Err: errors.New("redis failed less than half a second ago")}
@@ -338,12 +351,14 @@ func (r *RedisStore) reset(ctx context.Context, dims []*dim, keys []string) erro
 // FailLocal its failure is counted and ignored, under FailClosed returned.
 func (r *RedisStore) simple(ctx context.Context, op string, f func(context.Context) error) error {
 	err := r.call(ctx, f)
-	if err == nil {
+	switch {
+	case err == nil:
 		return nil
-	}
-	if r.failed(err) {
+	case callerDone(ctx) != nil:
+		return callerDone(ctx)
+	case r.failed(err):
 		r.degraded.Add(1)
 		return nil
 	}
-	return &StoreError{Op: op, Err: fmt.Errorf("%w", err)}
+	return &StoreError{Op: op, Err: err}
 }

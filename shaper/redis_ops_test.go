@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"context"
 	"errors"
 	"regexp"
 	"slices"
@@ -267,5 +268,32 @@ func TestRedisFailurePolicies(t *testing.T) {
 				t.Logf("%s after Redis was %s: shared shaping resumed after %v", name, outage, took.Round(time.Millisecond))
 			}
 		}
+	}
+}
+
+// A caller whose ctx ends during a Redis call gets ctx.Err() unchanged, not a
+// store error, and the store does not count Redis as down for it.
+func TestRedisCallerContextErrorsAreUnchanged(t *testing.T) {
+	srv, _ := redisClient(t)
+	store := NewRedisStore(srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }), WithTimeout(5*time.Second))
+	s, err := New(store, PerSecond(10), WithName("ctx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustReserve(t, s, "k", 1)
+	srv.Pause()
+	defer srv.Resume()
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.Reserve(ctx, "k", 1); err != context.DeadlineExceeded {
+		t.Fatalf("deadline during the call: %v, want context.DeadlineExceeded unchanged", err)
+	}
+	cctx, ccancel := context.WithCancel(bg)
+	time.AfterFunc(50*time.Millisecond, ccancel)
+	if err := s.Pause(cctx, "k", time.Second); err != context.Canceled {
+		t.Fatalf("cancel during Pause: %v, want context.Canceled unchanged", err)
+	}
+	if !store.available() {
+		t.Fatal("the caller's own deadline marked Redis as down")
 	}
 }
