@@ -3,12 +3,14 @@ module github.com/throttlekit/throttlekit-go
 go 1.26.0
 
 require (
+	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )

@@ -1,0 +1,15 @@
+// Package transport paces outbound HTTP: an http.RoundTripper that reserves a
+// departure slot on a shaper.Reserver before every request, so that a client's
+// traffic reaches the partner as a steady stream inside its contract.
+//
+//	s, _ := shaper.New(store, shaper.PerSecond(10))
+//	client := &http.Client{Transport: transport.New(s)}
+//
+// By default requests are keyed by host and cost 1 (WithKey, WithCost). A
+// request whose departure would fall after its context's deadline is not sent:
+// it fails at once with an error matching context.DeadlineExceeded and its slot
+// is given back. A 429 or 503 with Retry-After, or rate-limit headers saying
+// nothing is left, pause the key, for every process sharing the store
+// (WithFeedback). NewRetryableClient composes all of this with
+// hashicorp/go-retryablehttp.
+package transport

@@ -1,0 +1,162 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/shaper"
+)
+
+// DefaultMaxPause caps the pause a partner's Retry-After or rate-limit
+// headers can impose on a key, unless WithMaxPause says otherwise.
+const DefaultMaxPause = 15 * time.Minute
+
+// Transport is a pacing http.RoundTripper; see New.
+type Transport struct {
+	r        shaper.Reserver
+	base     http.RoundTripper
+	key      func(*http.Request) string
+	cost     func(*http.Request) int64
+	maxWait  time.Duration
+	feedback bool
+	maxPause time.Duration
+	now      func() time.Time
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// Option configures New.
+type Option func(*Transport)
+
+// WithBase sets the transport that sends the requests (nil, the default,
+// means http.DefaultTransport).
+func WithBase(rt http.RoundTripper) Option { return func(t *Transport) { t.base = rt } }
+
+// WithKey sets how a request is keyed (default: its host, port included).
+func WithKey(f func(*http.Request) string) Option {
+	return func(t *Transport) {
+		if f != nil {
+			t.key = f
+		}
+	}
+}
+
+// WithCost sets what a request costs (default 1).
+func WithCost(f func(*http.Request) int64) Option {
+	return func(t *Transport) {
+		if f != nil {
+			t.cost = f
+		}
+	}
+}
+
+// WithMaxWait bounds how long a request may wait for its slot (0, the default,
+// leaves it to the shaper's MaxQueue). Longer waits fail at once with a
+// *shaper.QueueFullError and send nothing.
+func WithMaxWait(d time.Duration) Option { return func(t *Transport) { t.maxWait = max(d, 0) } }
+
+// WithFeedback turns the partner's feedback on or off (default on): a 429 or
+// 503 with Retry-After, or rate-limit headers with nothing remaining, pause
+// the request's key (see Shaper.Pause). Feedback only ever slows a key down.
+func WithFeedback(on bool) Option { return func(t *Transport) { t.feedback = on } }
+
+// WithMaxPause caps the pause feedback can impose (default DefaultMaxPause).
+func WithMaxPause(d time.Duration) Option { return func(t *Transport) { t.maxPause = max(d, 0) } }
+
+// New returns an http.RoundTripper that waits for a departure slot on r before
+// sending each request through the base transport.
+//
+// It never modifies the caller's request and closes the request body on
+// every error path, as the RoundTripper contract requires. A request whose
+// slot would fall after its context's deadline is not sent: the slot is given
+// back and RoundTrip fails at once with a *shaper.DeadlineError (it matches
+// context.DeadlineExceeded). A request whose context ends while it waits gives
+// its slot back and fails with the context's error.
+func New(r shaper.Reserver, opts ...Option) *Transport {
+	t := &Transport{
+		r:        r,
+		key:      func(req *http.Request) string { return req.URL.Host },
+		cost:     func(*http.Request) int64 { return 1 },
+		feedback: true,
+		maxPause: DefaultMaxPause,
+		now:      time.Now,
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+func (t *Transport) baseRT() http.RoundTripper {
+	if t.base == nil {
+		return http.DefaultTransport
+	}
+	return t.base
+}
+
+// RoundTrip waits for the request's slot, sends it, and feeds the response's
+// rate-limit signals back to the shaper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	key, cost := t.key(req), t.cost(req)
+	ctx := req.Context()
+	if err := t.wait(ctx, key, cost); err != nil {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, err
+	}
+	resp, err := t.baseRT().RoundTrip(req)
+	if err == nil && t.feedback {
+		t.learn(ctx, key, resp)
+	}
+	return resp, err
+}
+
+// wait reserves the slot and sleeps until it, within WithMaxWait.
+func (t *Transport) wait(ctx context.Context, key string, cost int64) error {
+	if t.maxWait <= 0 {
+		return t.r.Wait(ctx, key, cost)
+	}
+	wctx, cancel := context.WithTimeout(ctx, t.maxWait)
+	defer cancel()
+	err := t.r.Wait(wctx, key, cost)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	// wctx's deadline, not the caller's, refused the slot: that is MaxWait.
+	var de *shaper.DeadlineError
+	if errors.As(err, &de) {
+		if dl, ok := ctx.Deadline(); !ok || de.Delay <= time.Until(dl) {
+			return &shaper.QueueFullError{Key: key, Delay: de.Delay, MaxQueue: t.maxWait}
+		}
+	}
+	return err
+}
+
+// learn pauses the key when the partner says so.
+func (t *Transport) learn(ctx context.Context, key string, resp *http.Response) {
+	now := t.now()
+	var pause time.Duration
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), now); ok {
+			pause = d
+		}
+	}
+	if d, ok := RateLimitPause(resp.Header, now); ok {
+		pause = max(pause, d)
+	}
+	if pause = min(pause, t.maxPause); pause > 0 {
+		// The caller's ctx may end with this response; the pause must not.
+		_ = t.r.Pause(context.WithoutCancel(ctx), key, pause)
+	}
+}
+
+// CloseIdleConnections closes the base transport's idle connections, if it
+// can (http.Client.CloseIdleConnections calls it).
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.baseRT().(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}

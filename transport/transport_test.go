@@ -1,0 +1,266 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/shaper"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// partner is a fake API that enforces a rate like a strict GCRA (burst 1):
+// a request arriving more than tolerance before its theoretical time gets a
+// 429. The tolerance absorbs scheduling jitter on the client and in the
+// handler: docs/TIMER.md measures the timer waking up to ~1.1 ms late (p99),
+// so 3 ms (15% of the 20 ms interval at 50/s) is generous without letting a
+// second request through in the same slot.
+type partner struct {
+	mu        sync.Mutex
+	interval  time.Duration
+	tolerance time.Duration
+	tat       time.Time
+	arrivals  []time.Time
+	rejected  int
+	respond   func(w http.ResponseWriter, n int) bool // optional override; true if it answered
+}
+
+func (p *partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	now := time.Now()
+	p.mu.Lock()
+	p.arrivals = append(p.arrivals, now)
+	n := len(p.arrivals)
+	ok := p.interval == 0 || !now.Before(p.tat.Add(-p.tolerance))
+	if ok && p.interval > 0 {
+		if p.tat.Before(now) {
+			p.tat = now
+		}
+		p.tat = p.tat.Add(p.interval)
+	}
+	if !ok {
+		p.rejected++
+	}
+	respond := p.respond
+	p.mu.Unlock()
+	if respond != nil && respond(w, n) {
+		return
+	}
+	if !ok {
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (p *partner) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.arrivals)
+}
+
+func newShaper(t *testing.T, rate shaper.Rate, opts ...shaper.Option) *shaper.Shaper {
+	t.Helper()
+	store := shaper.NewMemoryStore()
+	t.Cleanup(func() { _ = store.Close() })
+	s, err := shaper.New(store, rate, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// 100 concurrent requests at 50/s, burst 1, against a server that enforces
+// 50/s: no 429, and the server sees them 20 ms apart.
+func TestConcurrentRequestsArrivePaced(t *testing.T) {
+	t.Parallel()
+	p := &partner{interval: 20 * time.Millisecond, tolerance: 3 * time.Millisecond}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	client := &http.Client{Transport: New(newShaper(t, shaper.PerSecond(50)), WithBase(srv.Client().Transport))}
+	var wg sync.WaitGroup
+	var codes sync.Map
+	for range 100 {
+		wg.Go(func() {
+			resp, err := client.Get(srv.URL)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = resp.Body.Close()
+			n, _ := codes.LoadOrStore(resp.StatusCode, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+		})
+	}
+	wg.Wait()
+	if p.rejected != 0 {
+		t.Fatalf("the partner rejected %d of 100 paced requests", p.rejected)
+	}
+	slices.SortFunc(p.arrivals, func(a, b time.Time) int { return a.Compare(b) })
+	gaps := make([]time.Duration, 0, 99)
+	for i := 1; i < len(p.arrivals); i++ {
+		gaps = append(gaps, p.arrivals[i].Sub(p.arrivals[i-1]))
+	}
+	slices.Sort(gaps)
+	if med := gaps[len(gaps)/2]; med < 19*time.Millisecond || med > 22*time.Millisecond {
+		t.Fatalf("median gap at the server %v, want about 20ms", med)
+	}
+	if gaps[0] < 17*time.Millisecond {
+		t.Fatalf("smallest gap at the server %v, want at least 20ms less the tolerance", gaps[0])
+	}
+	if span := p.arrivals[99].Sub(p.arrivals[0]); span < 1950*time.Millisecond {
+		t.Fatalf("100 requests at 50/s took %v, want about 1.98s", span)
+	}
+}
+
+// countingBody records whether it was closed.
+type countingBody struct {
+	io.Reader
+	closed atomic.Int32
+}
+
+func (b *countingBody) Close() error { b.closed.Add(1); return nil }
+
+func newRequest(t *testing.T, ctx context.Context, url string) (*http.Request, *countingBody) {
+	t.Helper()
+	body := &countingBody{Reader: bytes.NewReader([]byte("payload"))}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Caller", "mine")
+	return req, body
+}
+
+// Every refusal closes the request body and sends nothing; a refusal past the
+// deadline is immediate and gives the slot back; the caller's request is not
+// modified.
+func TestRefusalsSendNothingAndCloseTheBody(t *testing.T) {
+	t.Parallel()
+	p := &partner{}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	s := newShaper(t, shaper.PerSecond(2), shaper.WithMaxQueue(5*time.Second))
+	rt := New(s, WithBase(srv.Client().Transport))
+
+	req, body := newRequest(t, bg, srv.URL)
+	before := req.Clone(bg)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if req.URL.String() != before.URL.String() || req.Header.Get("X-Caller") != "mine" || len(req.Header) != len(before.Header) || req.Host != before.Host {
+		t.Fatalf("the caller's request was modified: %+v", req)
+	}
+	if body.closed.Load() == 0 {
+		t.Fatal("the base transport should have closed the sent body")
+	}
+
+	deadline, cancel := context.WithTimeout(bg, 100*time.Millisecond) // the next slot is 500 ms away
+	defer cancel()
+	cancelled, cancelNow := context.WithCancel(bg)
+	cases := []struct {
+		name string
+		rt   http.RoundTripper
+		ctx  context.Context
+		is   error
+	}{
+		{"past the deadline", rt, deadline, context.DeadlineExceeded},
+		{"beyond MaxWait", New(s, WithBase(srv.Client().Transport), WithMaxWait(100*time.Millisecond)), bg, shaper.ErrQueueFull},
+		{"invalid cost", New(s, WithBase(srv.Client().Transport), WithCost(func(*http.Request) int64 { return 0 })), bg, shaper.ErrInvalidCost},
+		{"cancelled while waiting", rt, cancelled, context.Canceled},
+	}
+	time.AfterFunc(50*time.Millisecond, cancelNow)
+	for _, c := range cases {
+		req, body := newRequest(t, c.ctx, srv.URL)
+		start := time.Now()
+		_, err := c.rt.RoundTrip(req)
+		if !errors.Is(err, c.is) {
+			t.Fatalf("%s: %v, want %v", c.name, err, c.is)
+		}
+		if body.closed.Load() != 1 {
+			t.Fatalf("%s: the request body was closed %d times, want once", c.name, body.closed.Load())
+		}
+		if c.name == "past the deadline" && time.Since(start) > 50*time.Millisecond {
+			t.Fatalf("the deadline refusal took %v; it should be immediate", time.Since(start))
+		}
+	}
+	if n := p.count(); n != 1 {
+		t.Fatalf("the server saw %d requests, want only the first", n)
+	}
+	// The refusals gave their slots back: the next request waits for the
+	// second slot (500 ms after the first), not for a later one.
+	r, err := s.Reserve(bg, strings.TrimPrefix(srv.URL, "http://"), 1)
+	if err != nil || r.Delay > 500*time.Millisecond {
+		t.Fatalf("after the refusals the next slot is %v away (%v), want at most 500ms", r.Delay, err)
+	}
+}
+
+var bg = context.Background()
+
+// Feedback: a 429 with Retry-After pauses the key; rate-limit headers with
+// nothing remaining do too; remaining > 0 never speeds a key up.
+func TestFeedbackPausesTheKey(t *testing.T) {
+	t.Parallel()
+	p := &partner{respond: func(w http.ResponseWriter, n int) bool {
+		switch n {
+		case 1:
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		case 2:
+			w.Header().Set("RateLimit", `"default";r=0;t=1`)
+			w.WriteHeader(http.StatusOK)
+		default:
+			w.Header().Set("X-RateLimit-Remaining", "999")
+			w.WriteHeader(http.StatusOK)
+		}
+		return true
+	}}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	client := &http.Client{Transport: New(newShaper(t, shaper.PerSecond(100)), WithBase(srv.Client().Transport))}
+	var times []time.Time
+	for range 4 {
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		times = append(times, time.Now())
+	}
+	p.mu.Lock()
+	arr := slices.Clone(p.arrivals)
+	p.mu.Unlock()
+	if gap := arr[1].Sub(arr[0]); gap < 950*time.Millisecond {
+		t.Fatalf("after a 429 with Retry-After: 1 the next request came %v later", gap)
+	}
+	if gap := arr[2].Sub(arr[1]); gap < 950*time.Millisecond {
+		t.Fatalf("after RateLimit r=0;t=1 the next request came %v later", gap)
+	}
+	if gap := arr[3].Sub(arr[2]); gap < 9*time.Millisecond || gap > 500*time.Millisecond {
+		t.Fatalf("remaining=999 changed the pacing: gap %v, want the configured 10ms", gap)
+	}
+	off := &http.Client{Transport: New(newShaper(t, shaper.PerSecond(100)), WithBase(srv.Client().Transport), WithFeedback(false))}
+	p.mu.Lock()
+	p.arrivals = nil
+	p.mu.Unlock()
+	for range 2 {
+		resp, _ := off.Get(srv.URL)
+		_ = resp.Body.Close()
+	}
+	if gap := p.arrivals[1].Sub(p.arrivals[0]); gap > 500*time.Millisecond {
+		t.Fatalf("WithFeedback(false) still paused: %v", gap)
+	}
+}
