@@ -38,13 +38,14 @@ func ExampleShaper_Reserve() {
 	s, _ := shaper.New(store, shaper.PerSecond(10), shaper.WithMaxQueue(time.Second))
 	ctx := context.Background()
 
+	// Slots are absolute instants; print them relative to the first.
 	first, _ := s.Reserve(ctx, "k", 1)
 	second, _ := s.Reserve(ctx, "k", 1)
-	fmt.Println("first leaves in", first.Delay, "second in", second.Delay.Round(time.Millisecond))
+	fmt.Println("second leaves", second.Time().Sub(first.Time()).Round(time.Millisecond), "after the first")
 
 	_ = second.Cancel(ctx) // the caller gave up: its slot is free again
 	third, _ := s.Reserve(ctx, "k", 1)
-	fmt.Println("third leaves in", third.Delay.Round(time.Millisecond))
+	fmt.Println("third leaves", third.Time().Sub(first.Time()).Round(time.Millisecond), "after the first")
 
 	_, err := s.Reserve(ctx, "k", 15) // 15 units need 1.4 s: more than MaxQueue
 	fmt.Println(errors.Is(err, shaper.ErrInvalidCost))
@@ -54,8 +55,8 @@ func ExampleShaper_Reserve() {
 	var qf *shaper.QueueFullError
 	fmt.Println(errors.As(err, &qf), qf.MaxQueue)
 	// Output:
-	// first leaves in 0s second in 100ms
-	// third leaves in 100ms
+	// second leaves 100ms after the first
+	// third leaves 100ms after the first
 	// true
 	// true 1s
 }
@@ -73,17 +74,21 @@ func ExampleAll() {
 		panic(err)
 	}
 	ctx := context.Background()
-	for _, tokens := range []int64{12000, 9000, 6000} {
+	var first time.Time
+	for i, tokens := range []int64{12000, 9000, 6000} {
 		r, err := s.Reserve(ctx, "account-7", tokens)
 		if err != nil {
 			panic(err)
 		}
-		fmt.Printf("%5d tokens: leave in %v\n", tokens, r.Delay.Round(time.Millisecond))
+		if i == 0 {
+			first = r.Time()
+		}
+		fmt.Printf("%5d tokens: leave %v after the first\n", tokens, r.Time().Sub(first).Round(time.Millisecond))
 	}
 	// Output:
-	// 12000 tokens: leave in 0s
-	//  9000 tokens: leave in 667ms
-	//  6000 tokens: leave in 4.667s
+	// 12000 tokens: leave 0s after the first
+	//  9000 tokens: leave 667ms after the first
+	//  6000 tokens: leave 4.667s after the first
 }
 
 // ParseRate reads contracts as people write them.

@@ -23,9 +23,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // partner is a fake API that enforces a rate like a strict GCRA (burst 1):
 // a request arriving more than tolerance before its theoretical time gets a
 // 429. The tolerance absorbs scheduling jitter on the client and in the
-// handler: docs/TIMER.md measures the timer waking up to ~1.1 ms late (p99),
-// so 3 ms (15% of the 20 ms interval at 50/s) is generous without letting a
-// second request through in the same slot.
+// handler. Alone, the timer wakes up to ~1.1 ms late (p99, docs/TIMER.md); but
+// make test runs every package at once under -race on 2 cores, and there a
+// 3 ms tolerance was exceeded once in three full runs. Half an interval
+// (10 ms at 50/s) still rejects any two requests in one slot, so an unshaped
+// burst fails as surely as before.
 type partner struct {
 	mu        sync.Mutex
 	interval  time.Duration
@@ -85,7 +87,7 @@ func newShaper(t *testing.T, rate shaper.Rate, opts ...shaper.Option) *shaper.Sh
 // 50/s: no 429, and the server sees them 20 ms apart.
 func TestConcurrentRequestsArrivePaced(t *testing.T) {
 	t.Parallel()
-	p := &partner{interval: 20 * time.Millisecond, tolerance: 3 * time.Millisecond}
+	p := &partner{interval: 20 * time.Millisecond, tolerance: 10 * time.Millisecond}
 	srv := httptest.NewServer(p)
 	defer srv.Close()
 	client := &http.Client{Transport: New(newShaper(t, shaper.PerSecond(50)), WithBase(srv.Client().Transport))}
@@ -116,10 +118,12 @@ func TestConcurrentRequestsArrivePaced(t *testing.T) {
 	if med := gaps[len(gaps)/2]; med < 19*time.Millisecond || med > 22*time.Millisecond {
 		t.Fatalf("median gap at the server %v, want about 20ms", med)
 	}
-	if gaps[0] < 17*time.Millisecond {
+	if gaps[0] < 10*time.Millisecond {
 		t.Fatalf("smallest gap at the server %v, want at least 20ms less the tolerance", gaps[0])
 	}
-	if span := p.arrivals[99].Sub(p.arrivals[0]); span < 1950*time.Millisecond {
+	// 1.98 s by schedule; a late first departure under load shortens the
+	// span, so >= 1.8 s (unshaped, it would be a few milliseconds).
+	if span := p.arrivals[99].Sub(p.arrivals[0]); span < 1800*time.Millisecond {
 		t.Fatalf("100 requests at 50/s took %v, want about 1.98s", span)
 	}
 }
@@ -231,14 +235,12 @@ func TestFeedbackPausesTheKey(t *testing.T) {
 	srv := httptest.NewServer(p)
 	defer srv.Close()
 	client := &http.Client{Transport: New(newShaper(t, shaper.PerSecond(100)), WithBase(srv.Client().Transport))}
-	var times []time.Time
 	for range 4 {
 		resp, err := client.Get(srv.URL)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = resp.Body.Close()
-		times = append(times, time.Now())
 	}
 	p.mu.Lock()
 	arr := slices.Clone(p.arrivals)
