@@ -18,7 +18,7 @@ test: fmt-check vet redis
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
 
 fmt-check:
-	@unformatted="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go') bench)"; \
+	@unformatted="$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go'))"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 
 vet:
@@ -27,10 +27,10 @@ vet:
 redis:
 	@sh scripts/ensure-redis.sh
 
-## demo: pace calls against a contract on the real clock and report what a
-## partner would see (about 5 seconds).
+## demo: a fake partner on loopback allowing 25 requests/s; the same burst of
+## 100 through a plain client and through a shaped one (about 5 seconds).
 demo:
-	$(GO) run ./examples/pacing
+	$(GO) run ./examples/quickstart
 
 ## bench: every benchmark of the library with allocation counts, then the
 ## nested bench module (ThrottleKit beside redis_rate and a no-op EVALSHA on
