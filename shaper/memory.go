@@ -413,3 +413,17 @@ func (m *MemoryStore) reset(_ context.Context, dims []*dim, keys []string) error
 	}
 	return nil
 }
+
+func (m *MemoryStore) pauseLeft(_ context.Context, dims []*dim, keys []string, now float64) (float64, error) {
+	left := 0.0
+	for i, d := range dims {
+		k := memKey{d.memID, keys[i]}
+		sh := m.shard(k.ns, k.key)
+		sh.mu.Lock()
+		if p, ok := sh.paused[k]; ok {
+			left = max(left, p-now)
+		}
+		sh.mu.Unlock()
+	}
+	return left, nil
+}

@@ -362,3 +362,29 @@ func (r *RedisStore) simple(ctx context.Context, op string, f func(context.Conte
 	}
 	return &StoreError{Op: op, Err: err}
 }
+
+// pauseLeft reads the pause keys' TTLs: a pause key lives exactly as long as
+// its pause, on the server's clock, so no clock is compared. One round trip
+// (PTTL for one key, a pipeline for several).
+func (r *RedisStore) pauseLeft(ctx context.Context, dims []*dim, keys []string, _ float64) (float64, error) {
+	all := redisKeys(dims, keys, keys[0])
+	left := time.Duration(0)
+	err := r.call(ctx, func(ctx context.Context) error {
+		cmds, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range dims {
+				p.PTTL(ctx, all[2*i+1])
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, c := range cmds {
+			if d := c.(*redis.DurationCmd).Val(); d > left {
+				left = d
+			}
+		}
+		return nil
+	})
+	return algorithms.DurationMillis(left), err
+}

@@ -380,6 +380,10 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 //   - If ctx ends while sleeping, Wait gives the slot back (see
 //     Reservation.Cancel) and returns ctx.Err() unchanged.
 //   - A wait beyond MaxQueue fails at once with a *QueueFullError.
+//   - If the key was paused while Wait slept (another process saw the
+//     partner's Retry-After, say), Wait sleeps on until the pause ends, so no
+//     request departs inside a pause; this costs one read per request that
+//     waited.
 //
 // Algorithms other than the leaky bucket cannot hold a slot: Wait sleeps until
 // the request would be admitted, with a little jitter so that waiters do not
@@ -402,6 +406,33 @@ func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
 	if err := s.sleepUntil(ctx, r.at); err != nil {
 		_ = r.Cancel(context.WithoutCancel(ctx))
 		return err
+	}
+	return s.holdForPause(ctx, key)
+}
+
+// holdForPause keeps a request that slept to its slot from departing into a
+// pause that began while it slept (a partner's Retry-After seen by another
+// process, say): it sleeps until the pause ends. It costs one read (a map
+// lookup, or one Redis PTTL round trip) per request that actually waited. A
+// failed read does not fail the request: the slot is already granted.
+func (s *Shaper) holdForPause(ctx context.Context, key string) error {
+	dims, keys, err := s.keys(key)
+	if err != nil {
+		return nil
+	}
+	for range 3 { // a pause extended while we wait for it: look again, a few times
+		now := s.cfg.clock.Now()
+		left, err := s.store.pauseLeft(ctx, dims, keys, algorithms.Millis(now))
+		if err != nil || left <= 0 {
+			return nil
+		}
+		d := algorithms.Duration(left)
+		if dl, ok := ctx.Deadline(); ok && d > time.Until(dl) {
+			return &DeadlineError{Key: key, Delay: d, Deadline: dl}
+		}
+		if err := s.sleepUntil(ctx, now.Add(d)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -459,7 +490,8 @@ func (s *Shaper) Reset(ctx context.Context, key string) error {
 const MaxPause = 366 * 24 * time.Hour
 
 // Pause stops key for d: no request reserved from now on departs before
-// now+d (slots already granted keep their times). Pausing again extends, never
+// now+d, and requests asleep in Wait hold for it when their slot comes (a
+// slot handed out by Reserve keeps its time). Pausing again extends, never
 // shortens. Nothing is consumed while paused; afterwards the key's contract
 // applies as usual. In a multi-dimension shaper every dimension's key is
 // paused, so an account-wide dimension pauses every key that maps to it. This

@@ -316,3 +316,31 @@ func TestSharedPrefixNeedsTheSameConfiguration(t *testing.T) {
 		t.Fatalf("a different name: %v", err)
 	}
 }
+
+// A pause that begins while Wait sleeps to its slot (another process saw the
+// partner's Retry-After) holds the request until the pause ends.
+func TestWaitHoldsForAPauseThatBeganWhileSleeping(t *testing.T) {
+	t.Parallel()
+	s, _, clock := newTest(t, PerSecond(10))
+	mustReserve(t, s, "k", 1)
+	done := waitAsync(bg, s, "k", 1) // slot at +100ms
+	armed(t, clock, 1)
+	if err := s.Pause(bg, "k", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(100 * time.Millisecond) // the slot comes: the pause has 900 ms left
+	armed(t, clock, 1)
+	clock.Advance(899 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("Wait returned %v inside the pause", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	clock.Advance(time.Millisecond)
+	if err := result(t, done); err != nil {
+		t.Fatal(err)
+	}
+	if !clock.Now().Equal(t0.Add(time.Second)) {
+		t.Fatalf("released at %v, want the pause's end", clock.Now().Sub(t0))
+	}
+}

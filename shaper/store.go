@@ -27,6 +27,9 @@ type Store interface {
 	pause(ctx context.Context, dims []*dim, keys []string, now, d float64) error
 	// reset forgets the keys.
 	reset(ctx context.Context, dims []*dim, keys []string) error
+	// pauseLeft returns how many ms remain of the longest pause on the keys
+	// (0 when none), now being the shaper's clock in ms.
+	pauseLeft(ctx context.Context, dims []*dim, keys []string, now float64) (float64, error)
 }
 
 // multi is one multi-dimension transition: the inputs, then the outputs.
