@@ -1,0 +1,326 @@
+package queue
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/shaper"
+	"golang.org/x/sync/semaphore"
+)
+
+var (
+	// ErrClosed is returned by Submit and Do after Close has begun, and
+	// reported for jobs that Close could not run before its ctx ended.
+	ErrClosed = errors.New("throttlekit: queue closed")
+	// ErrFull is matched by the error Submit returns when WithMaxPending jobs
+	// are already waiting. (A wait beyond the shaper's MaxQueue is a
+	// *shaper.QueueFullError, which matches shaper.ErrQueueFull.)
+	ErrFull = errors.New("throttlekit: queue has too many pending jobs")
+)
+
+// Job is one unit of paced work: Run is called at the job's departure time on
+// Key, having reserved Cost units (0 means 1).
+type Job struct {
+	Key  string
+	Cost int64
+	Run  func(ctx context.Context) error
+}
+
+// PanicError reports a job that panicked. The queue recovers and lives on.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+// Error describes the panic.
+func (e *PanicError) Error() string { return fmt.Sprintf("throttlekit: job panicked: %v", e.Value) }
+
+// Queue runs jobs at their departure times under a concurrency cap. Create it
+// with New; it is safe for concurrent use.
+type Queue struct {
+	r          shaper.Reserver
+	sem        *semaphore.Weighted
+	workers    int64
+	maxPending int
+	onError    func(Job, error)
+
+	mu      sync.Mutex
+	pending jobHeap
+	seq     uint64
+	closing bool
+	wake    chan struct{}   // nudges the dispatcher
+	stop    context.Context // done when the dispatcher must give up
+	giveUp  context.CancelFunc
+	done    chan struct{} // closed when the dispatcher has exited
+	running sync.WaitGroup
+}
+
+// Option configures New.
+type Option func(*Queue)
+
+// WithWorkers caps how many jobs run at once (default 10).
+func WithWorkers(n int) Option { return func(q *Queue) { q.workers = int64(max(n, 1)) } }
+
+// WithMaxPending caps how many jobs may wait for their departure (default 0:
+// no cap other than the shaper's MaxQueue).
+func WithMaxPending(n int) Option { return func(q *Queue) { q.maxPending = max(n, 0) } }
+
+// WithErrorHandler receives the error of every job submitted with Submit that
+// fails, panics (*PanicError), is cancelled before it runs (its ctx's error),
+// or cannot run before Close gives up (ErrClosed). The default discards them.
+// It is called from the queue's goroutines.
+func WithErrorHandler(f func(Job, error)) Option { return func(q *Queue) { q.onError = f } }
+
+// New returns a queue pacing its jobs on r, and starts its dispatcher; Close
+// stops it.
+func New(r shaper.Reserver, opts ...Option) *Queue {
+	q := &Queue{r: r, workers: 10, onError: func(Job, error) {}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	q.stop, q.giveUp = context.WithCancel(context.Background())
+	for _, o := range opts {
+		o(q)
+	}
+	q.sem = semaphore.NewWeighted(q.workers)
+	go q.dispatch()
+	return q
+}
+
+// item is a job waiting for its departure.
+type item struct {
+	job    Job
+	at     time.Time
+	seq    uint64
+	res    shaper.Reservation
+	ctx    context.Context
+	result chan error // Do's; nil for Submit
+	index  int
+	stopCh func() bool // stops watching ctx
+}
+
+type jobHeap []*item
+
+func (h jobHeap) Len() int { return len(h) }
+func (h jobHeap) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h jobHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *jobHeap) Push(x any)   { it := x.(*item); it.index = len(*h); *h = append(*h, it) }
+func (h *jobHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h, it.index = old[:len(old)-1], -1
+	return it
+}
+
+// Submit reserves the job's departure slot at once and queues it to run then.
+// It returns an error at once, and nothing runs, when the slot would be
+// further away than the shaper's MaxQueue (*shaper.QueueFullError), when
+// WithMaxPending jobs are already waiting (ErrFull), or after Close
+// (ErrClosed). If ctx ends before the job starts, its slot is given back, it
+// never runs, and the error handler receives ctx.Err().
+func (q *Queue) Submit(ctx context.Context, job Job) error {
+	_, err := q.enqueue(ctx, job, nil)
+	return err
+}
+
+// Do is Submit that waits for the job and returns its error (or the reason it
+// did not run).
+func (q *Queue) Do(ctx context.Context, job Job) error {
+	result := make(chan error, 1)
+	if _, err := q.enqueue(ctx, job, result); err != nil {
+		return err
+	}
+	return <-result
+}
+
+func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item, error) {
+	if job.Cost == 0 {
+		job.Cost = 1
+	}
+	if job.Run == nil {
+		return nil, errors.New("throttlekit: queue.Job.Run is nil")
+	}
+	q.mu.Lock()
+	if q.closing {
+		q.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if q.maxPending > 0 && q.pending.Len() >= q.maxPending {
+		q.mu.Unlock()
+		return nil, ErrFull
+	}
+	q.mu.Unlock()
+	res, err := q.r.Reserve(ctx, job.Key, job.Cost)
+	if err != nil {
+		return nil, err
+	}
+	it := &item{job: job, at: time.Now().Add(res.Delay), res: res, ctx: ctx, result: result}
+	q.mu.Lock()
+	if q.closing { // Close began while we reserved
+		q.mu.Unlock()
+		_ = res.Cancel(context.WithoutCancel(ctx))
+		return nil, ErrClosed
+	}
+	q.seq++
+	it.seq = q.seq
+	heap.Push(&q.pending, it)
+	it.stopCh = context.AfterFunc(ctx, func() { q.withdraw(it, ctx.Err()) })
+	q.mu.Unlock()
+	q.nudge()
+	return it, nil
+}
+
+// withdraw removes a job that has not started, gives its slot back and
+// reports err. It does nothing if the job has already left the heap.
+func (q *Queue) withdraw(it *item, err error) {
+	q.mu.Lock()
+	if it.index < 0 {
+		q.mu.Unlock()
+		return
+	}
+	heap.Remove(&q.pending, it.index)
+	q.mu.Unlock()
+	_ = it.res.Cancel(context.WithoutCancel(it.ctx))
+	q.report(it, err)
+	q.nudge()
+}
+
+func (q *Queue) report(it *item, err error) {
+	if it.result != nil {
+		it.result <- err
+		return
+	}
+	if err != nil {
+		q.onError(it.job, err)
+	}
+}
+
+func (q *Queue) nudge() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch starts due jobs, earliest departure first, under the concurrency
+// cap. A job waiting for a worker never holds up the timer of another key.
+func (q *Queue) dispatch() {
+	defer close(q.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		q.mu.Lock()
+		if q.pending.Len() == 0 {
+			closing := q.closing
+			q.mu.Unlock()
+			if closing {
+				return
+			}
+			select {
+			case <-q.wake:
+			case <-q.stop.Done():
+				return
+			}
+			continue
+		}
+		next := q.pending[0]
+		wait := time.Until(next.at)
+		if wait > 0 {
+			q.mu.Unlock()
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-q.wake:
+				timer.Stop()
+			case <-q.stop.Done():
+				return
+			}
+			continue
+		}
+		heap.Pop(&q.pending)
+		q.mu.Unlock()
+		next.stopCh()                                    // it starts now: its ctx no longer withdraws it
+		if err := q.sem.Acquire(q.stop, 1); err != nil { // Close gave up while every worker was busy
+			_ = next.res.Cancel(context.WithoutCancel(next.ctx))
+			q.report(next, ErrClosed)
+			continue
+		}
+		q.running.Add(1)
+		go q.run(next)
+	}
+}
+
+func (q *Queue) run(it *item) {
+	defer q.running.Done()
+	defer q.sem.Release(1)
+	var err error
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				err = &PanicError{Value: v, Stack: debug.Stack()}
+			}
+		}()
+		err = it.job.Run(it.ctx)
+	}()
+	q.report(it, err)
+}
+
+// Close stops intake and drains: every accepted job runs at its departure
+// time. If ctx ends first, the jobs that have not started are withdrawn
+// (their slots given back, ErrClosed reported to their submitters), running
+// jobs are waited for, and Close returns ctx.Err(). No job is dropped
+// silently, and no goroutine outlives Close. Close may be called once.
+func (q *Queue) Close(ctx context.Context) error {
+	q.mu.Lock()
+	q.closing = true
+	q.mu.Unlock()
+	q.nudge()
+	var err error
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		q.giveUp()
+		<-q.done
+		q.mu.Lock()
+		left := append([]*item(nil), q.pending...)
+		q.mu.Unlock()
+		for _, it := range left {
+			q.withdraw(it, ErrClosed)
+		}
+	}
+	q.running.Wait()
+	q.giveUp()
+	return err
+}
+
+// Pending returns how many jobs are waiting for their departure.
+func (q *Queue) Pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.pending.Len()
+}
+
+// Wrap paces an existing consumer loop (a Kafka, SQS or channel reader)
+// without a pool: the returned handler waits for msg's slot on r, then calls
+// h. It returns the shaper's refusal (a *shaper.QueueFullError, a
+// *shaper.DeadlineError, ctx.Err()) without calling h.
+func Wrap[T any](r shaper.Reserver, key func(T) string, cost func(T) int64, h func(context.Context, T) error) func(context.Context, T) error {
+	return func(ctx context.Context, msg T) error {
+		c := int64(1)
+		if cost != nil {
+			c = cost(msg)
+		}
+		if err := r.Wait(ctx, key(msg), c); err != nil {
+			return err
+		}
+		return h(ctx, msg)
+	}
+}
