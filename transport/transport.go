@@ -22,7 +22,6 @@ type Transport struct {
 	maxWait  time.Duration
 	feedback bool
 	maxPause time.Duration
-	now      func() time.Time
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -81,7 +80,6 @@ func New(r shaper.Reserver, opts ...Option) *Transport {
 		cost:     func(*http.Request) int64 { return 1 },
 		feedback: true,
 		maxPause: DefaultMaxPause,
-		now:      time.Now,
 	}
 	for _, o := range opts {
 		o(t)
@@ -137,7 +135,7 @@ func (t *Transport) wait(ctx context.Context, key string, cost int64) error {
 
 // learn pauses the key when the partner says so.
 func (t *Transport) learn(ctx context.Context, key string, resp *http.Response) {
-	now := t.now()
+	now := time.Now()
 	var pause time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), now); ok {
