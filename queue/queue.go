@@ -144,8 +144,11 @@ func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item,
 	if job.Cost == 0 {
 		job.Cost = 1
 	}
+	if q.r == nil {
+		return nil, &shaper.ConfigError{Algorithm: "queue", Field: "Reserver", Value: nil, Reason: "queue.New was given a nil Reserver"}
+	}
 	if job.Run == nil {
-		return nil, errors.New("throttlekit: queue.Job.Run is nil")
+		return nil, &shaper.ConfigError{Algorithm: "queue", Field: "Job.Run", Value: nil, Reason: "must not be nil"}
 	}
 	q.mu.Lock()
 	if q.closing {

@@ -43,6 +43,7 @@ const redisRetryEvery = 500 * time.Millisecond
 // store serves the policy for half a second before it tries Redis again.
 type RedisStore struct {
 	client      redis.UniversalClient
+	ctxTimeouts bool // the client honours ctx deadlines on its sockets
 	timeout     time.Duration
 	clientClock bool
 	policy      FailurePolicy
@@ -79,9 +80,11 @@ func FailLocal(share float64) FailurePolicy { return FailurePolicy{kind: 2, shar
 // RedisOption configures NewRedisStore.
 type RedisOption func(*RedisStore)
 
-// WithTimeout bounds each Redis call (default DefaultRedisTimeout). The client
-// should be created with ContextTimeoutEnabled so that go-redis honours it on
-// the socket.
+// WithTimeout bounds each Redis call (default DefaultRedisTimeout); past it the
+// failure policy serves the call. A client created with ContextTimeoutEnabled
+// applies the bound on its socket; for any other client the store enforces it
+// by running the call on its own goroutine (about a microsecond more per call,
+// and a stalled call's goroutine lives until the client's ReadTimeout).
 func WithTimeout(d time.Duration) RedisOption {
 	return func(r *RedisStore) {
 		if d <= 0 {
@@ -114,6 +117,12 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStor
 	}
 	if client == nil && r.err == nil {
 		r.err = &ConfigError{Algorithm: "redis-store", Field: "Client", Value: nil, Reason: "must not be nil"}
+	}
+	switch c := client.(type) {
+	case *redis.Client:
+		r.ctxTimeouts = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		r.ctxTimeouts = c.Options().ContextTimeoutEnabled
 	}
 	if r.policy.kind == 2 {
 		r.local = NewMemoryStore()
@@ -220,10 +229,26 @@ func (r *RedisStore) failed(error) bool {
 	return r.policy.kind != 0
 }
 
+// call runs f under the store's timeout. go-redis applies a ctx deadline to
+// its socket only with ContextTimeoutEnabled; without it a stalled server
+// holds a call for the client's ReadTimeout (3 s by default), and the failure
+// policy would not be served in time. So for such clients (and client types
+// whose options are unknown) f runs on its own goroutine and call returns at
+// the deadline; the goroutine ends when the client's own timeout does.
 func (r *RedisStore) call(ctx context.Context, f func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	return f(ctx)
+	if r.ctxTimeouts {
+		return f(ctx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, error) {
@@ -254,6 +279,7 @@ func (r *RedisStore) reserveAll(ctx context.Context, req *multi) error {
 		return &StoreError{Op: "reserve", Err: errors.New("redis failed less than half a second ago")}
 	}
 	r.degraded.Add(1)
+	traceDegraded(ctx, "reserve")
 	if r.policy.kind == 1 { // FailOpen
 		req.dec = algorithms.AllDecision{Decision: algorithms.MakeDecision(true, 0, 0, 0)}
 		req.tags = make([]float64, len(req.dims))
@@ -333,11 +359,7 @@ func (r *RedisStore) pause(ctx context.Context, dims []*dim, keys []string, now,
 		return lua.Pause.Run(ctx, r.client, pk, r.now(now), lua.Float(d)).Err()
 	})
 	if r.local != nil { // the local fallback honours the pause too
-		twins := make([]*dim, len(dims))
-		for i, dd := range dims {
-			twins[i] = r.twin(dd)
-		}
-		_ = r.local.pause(ctx, twins, keys, now, d)
+		_ = r.local.pause(ctx, r.twins(dims), keys, now, d)
 	}
 	return err
 }
@@ -358,6 +380,7 @@ func (r *RedisStore) simple(ctx context.Context, op string, f func(context.Conte
 		return callerDone(ctx)
 	case r.failed(err):
 		r.degraded.Add(1)
+		traceDegraded(ctx, op)
 		return nil
 	}
 	return &StoreError{Op: op, Err: err}
@@ -366,7 +389,15 @@ func (r *RedisStore) simple(ctx context.Context, op string, f func(context.Conte
 // pauseLeft reads the pause keys' TTLs: a pause key lives exactly as long as
 // its pause, on the server's clock, so no clock is compared. One round trip
 // (PTTL for one key, a pipeline for several).
-func (r *RedisStore) pauseLeft(ctx context.Context, dims []*dim, keys []string, _ float64) (float64, error) {
+//
+// While Redis is marked down (see failed), it is not asked: the FailLocal
+// store answers for its mirrored pauses, the other policies report the
+// outage, and Wait departs on its granted slot. Otherwise every request that
+// slept would spend the store's timeout here during an outage.
+func (r *RedisStore) pauseLeft(ctx context.Context, dims []*dim, keys []string, now float64) (float64, error) {
+	if !r.available() {
+		return r.localPauseLeft(ctx, dims, keys, now)
+	}
 	all := redisKeys(dims, keys, keys[0])
 	left := time.Duration(0)
 	err := r.call(ctx, func(ctx context.Context) error {
@@ -379,12 +410,36 @@ func (r *RedisStore) pauseLeft(ctx context.Context, dims []*dim, keys []string, 
 		if err != nil {
 			return err
 		}
+		longest := time.Duration(0)
 		for _, c := range cmds {
-			if d := c.(*redis.DurationCmd).Val(); d > left {
-				left = d
-			}
+			longest = max(longest, c.(*redis.DurationCmd).Val())
 		}
+		left = longest
 		return nil
 	})
-	return algorithms.DurationMillis(left), err
+	if err != nil { // f may still run (see call): do not read left
+		if callerDone(ctx) == nil {
+			r.failed(err)
+			return r.localPauseLeft(ctx, dims, keys, now)
+		}
+		return 0, err
+	}
+	return algorithms.DurationMillis(left), nil
+}
+
+// localPauseLeft answers pauseLeft while Redis is down.
+func (r *RedisStore) localPauseLeft(ctx context.Context, dims []*dim, keys []string, now float64) (float64, error) {
+	if r.local == nil {
+		return 0, &StoreError{Op: "pause_left", Err: errors.New("redis is down")}
+	}
+	return r.local.pauseLeft(ctx, r.twins(dims), keys, now)
+}
+
+// twins returns the local store's twin of each dimension (see twin).
+func (r *RedisStore) twins(dims []*dim) []*dim {
+	out := make([]*dim, len(dims))
+	for i, d := range dims {
+		out[i] = r.twin(d)
+	}
+	return out
 }

@@ -187,13 +187,19 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	}
 	r.done = true
 	if r.m != nil {
-		return r.s.store.cancel(ctx, r.m.dims, r.m.keys, r.m.tags, r.m.costs)
+		st := startStore(ctx)
+		err := r.s.store.cancel(ctx, r.m.dims, r.m.keys, r.m.tags, r.m.costs)
+		st.done("cancel", err)
+		return err
 	}
 	d := r.s.dims[0]
 	if d.gcra == nil {
 		return nil
 	}
-	return r.s.store.cancel(ctx, r.s.dims[:1], []string{r.key}, []float64{r.tag}, []int64{r.cost})
+	st := startStore(ctx)
+	err := r.s.store.cancel(ctx, r.s.dims[:1], []string{r.key}, []float64{r.tag}, []int64{r.cost})
+	st.done("cancel", err)
+	return err
 }
 
 // outcome is one decision as decide returns it.
@@ -236,7 +242,9 @@ func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool) (t
 	if allow {
 		alg = d.allow
 	}
+	st := startStore(ctx)
 	dec, tag, err := s.store.reserve(ctx, d, alg, key, cost, algorithms.Millis(now))
+	st.done("reserve", err)
 	return now, dec, tag, err
 }
 
@@ -288,7 +296,10 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 	if len(req.dims) == 0 { // every dimension left out: nothing to limit
 		return outcome{now: now, dec: algorithms.Decision{Allowed: true}, res: Reservation{s: s, at: now, key: key, cost: cost, done: true}}, nil
 	}
-	if err := s.store.reserveAll(ctx, req); err != nil {
+	st := startStore(ctx)
+	err := s.store.reserveAll(ctx, req)
+	st.done("reserve", err)
+	if err != nil {
 		return outcome{}, err
 	}
 	o := outcome{now: now, dec: req.dec.Decision}
@@ -381,9 +392,10 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 //     Reservation.Cancel) and returns ctx.Err() unchanged.
 //   - A wait beyond MaxQueue fails at once with a *QueueFullError.
 //   - If the key was paused while Wait slept (another process saw the
-//     partner's Retry-After, say), Wait sleeps on until the pause ends, so no
-//     request departs inside a pause; this costs one read per request that
-//     waited.
+//     partner's Retry-After, say), the slot is lost with the pause: Wait
+//     reserves a new one, which falls after the pause, and sleeps on. So no
+//     request departs inside a pause, and those held by it leave paced after
+//     it. This costs one read per request that waited.
 //
 // Algorithms other than the leaky bucket cannot hold a slot: Wait sleeps until
 // the request would be admitted, with a little jitter so that waiters do not
@@ -399,6 +411,51 @@ func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
 	if r.Delay <= 0 {
 		return nil
 	}
+	if err := s.sleepReserved(ctx, key, r); err != nil {
+		return err
+	}
+	return s.holdForPause(ctx, key, cost)
+}
+
+// holdForPause keeps a request that slept to its slot from departing into a
+// pause that began while it slept (a partner's Retry-After seen by another
+// process, say). Its slot fell inside the pause and is lost with it; it
+// reserves a new one, which the pause places after its end, and sleeps until
+// that. So requests held by a pause leave paced after it, not all together
+// when it ends. The check costs one read (a map lookup, or one Redis PTTL round
+// trip) per request that actually waited; a failed read does not fail the
+// request, whose slot is already granted. A new slot beyond MaxQueue or past
+// ctx's deadline fails Wait as Reserve would.
+func (s *Shaper) holdForPause(ctx context.Context, key string, cost int64) error {
+	dims, keys, err := s.keys(key)
+	if err != nil {
+		return nil
+	}
+	for range 3 { // a pause extended while we wait for it: look again, a few times
+		now := s.cfg.clock.Now()
+		st := startStore(ctx)
+		left, err := s.store.pauseLeft(ctx, dims, keys, algorithms.Millis(now))
+		st.done("pause_left", err)
+		if err != nil || left <= 0 {
+			return nil
+		}
+		r, err := s.Reserve(ctx, key, cost)
+		if err != nil {
+			return err
+		}
+		if err := s.sleepReserved(ctx, key, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sleepReserved sleeps until r's slot; if the slot falls past ctx's deadline,
+// or ctx ends first, it gives the slot back and fails.
+func (s *Shaper) sleepReserved(ctx context.Context, key string, r Reservation) error {
+	if r.Delay <= 0 {
+		return nil
+	}
 	if dl, ok := ctx.Deadline(); ok && r.Delay > time.Until(dl) {
 		_ = r.Cancel(context.WithoutCancel(ctx))
 		return &DeadlineError{Key: key, Delay: r.Delay, Deadline: dl}
@@ -406,33 +463,6 @@ func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
 	if err := s.sleepUntil(ctx, r.at); err != nil {
 		_ = r.Cancel(context.WithoutCancel(ctx))
 		return err
-	}
-	return s.holdForPause(ctx, key)
-}
-
-// holdForPause keeps a request that slept to its slot from departing into a
-// pause that began while it slept (a partner's Retry-After seen by another
-// process, say): it sleeps until the pause ends. It costs one read (a map
-// lookup, or one Redis PTTL round trip) per request that actually waited. A
-// failed read does not fail the request: the slot is already granted.
-func (s *Shaper) holdForPause(ctx context.Context, key string) error {
-	dims, keys, err := s.keys(key)
-	if err != nil {
-		return nil
-	}
-	for range 3 { // a pause extended while we wait for it: look again, a few times
-		now := s.cfg.clock.Now()
-		left, err := s.store.pauseLeft(ctx, dims, keys, algorithms.Millis(now))
-		if err != nil || left <= 0 {
-			return nil
-		}
-		d := algorithms.Duration(left)
-		if dl, ok := ctx.Deadline(); ok && d > time.Until(dl) {
-			return &DeadlineError{Key: key, Delay: d, Deadline: dl}
-		}
-		if err := s.sleepUntil(ctx, now.Add(d)); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -483,7 +513,10 @@ func (s *Shaper) Reset(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	return s.store.reset(ctx, dims, keys)
+	st := startStore(ctx)
+	err = s.store.reset(ctx, dims, keys)
+	st.done("reset", err)
+	return err
 }
 
 // MaxPause is the longest pause accepted: a year.
@@ -512,7 +545,10 @@ func (s *Shaper) Pause(ctx context.Context, key string, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	return s.store.pause(ctx, dims, keys, algorithms.Millis(s.cfg.clock.Now()), algorithms.DurationMillis(d))
+	st := startStore(ctx)
+	err = s.store.pause(ctx, dims, keys, algorithms.Millis(s.cfg.clock.Now()), algorithms.DurationMillis(d))
+	st.done("pause", err)
+	return err
 }
 
 // keys maps key to every dimension's key.

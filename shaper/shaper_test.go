@@ -3,7 +3,10 @@ package shaper
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -342,5 +345,54 @@ func TestWaitHoldsForAPauseThatBeganWhileSleeping(t *testing.T) {
 	}
 	if !clock.Now().Equal(t0.Add(time.Second)) {
 		t.Fatalf("released at %v, want the pause's end", clock.Now().Sub(t0))
+	}
+}
+
+// Requests asleep in Wait when a pause begins leave paced after it, not
+// together at its end: their slots were inside the pause and are lost.
+func TestWaitersHeldByAPauseLeavePaced(t *testing.T) {
+	t.Parallel()
+	s, _, clock := newTest(t, PerSecond(10))
+	mustReserve(t, s, "k", 1)
+	const n = 5
+	var mu sync.Mutex
+	var left []time.Duration
+	done := make(chan error, n)
+	for range n {
+		go func() {
+			err := s.Wait(bg, "k", 1)
+			mu.Lock()
+			left = append(left, clock.Now().Sub(t0))
+			mu.Unlock()
+			done <- err
+		}()
+	}
+	armed(t, clock, n) // slots at +100..+500 ms
+	if err := s.Pause(bg, "k", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Step the clock 10 ms at a time so that each sleeper wakes, re-reserves
+	// and sleeps again before the next step.
+	for clock.Now().Sub(t0) < 2*time.Second {
+		clock.Advance(10 * time.Millisecond)
+		for {
+			mu.Lock()
+			settled := clock.Pending()+len(left) == n
+			mu.Unlock()
+			if settled {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for range n {
+		if err := result(t, done); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(left)
+	want := []time.Duration{1000 * time.Millisecond, 1100 * time.Millisecond, 1200 * time.Millisecond, 1300 * time.Millisecond, 1400 * time.Millisecond}
+	if fmt.Sprint(left) != fmt.Sprint(want) {
+		t.Fatalf("departures at %v, want paced from the pause's end %v", left, want)
 	}
 }

@@ -97,6 +97,12 @@ func (t *Transport) baseRT() http.RoundTripper {
 // RoundTrip waits for the request's slot, sends it, and feeds the response's
 // rate-limit signals back to the shaper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.r == nil {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, &shaper.ConfigError{Algorithm: "transport", Field: "Reserver", Value: nil, Reason: "transport.New was given a nil Reserver"}
+	}
 	key, cost := t.key(req), t.cost(req)
 	ctx := req.Context()
 	if err := t.wait(ctx, key, cost); err != nil {

@@ -153,12 +153,23 @@ func (s *Server) Restart() {
 	s.launch(binary(s.t, "redis-server"))
 }
 
-// Cluster is a Redis Cluster of three masters on loopback.
+// Cluster is a Redis Cluster of three masters on loopback, and with
+// StartClusterWithReplicas one replica of each.
 type Cluster struct {
 	Nodes []*Server
 }
 
-// Addrs returns the masters' addresses.
+// Node returns the node listening on addr, or nil.
+func (c *Cluster) Node(addr string) *Server {
+	for _, n := range c.Nodes {
+		if n.Addr() == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// Addrs returns the nodes' addresses.
 func (c *Cluster) Addrs() []string {
 	out := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
@@ -179,13 +190,45 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 // report cluster_state:ok on every node.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return startCluster(t, 0)
+}
+
+// StartClusterWithReplicas starts six nodes: three masters and one replica of
+// each, so that a test can kill a master and watch its replica be promoted
+// (cluster-node-timeout is 2 s). It returns once the cluster is ok and every
+// replica has synchronised.
+func StartClusterWithReplicas(t testing.TB) *Cluster {
+	t.Helper()
+	c := startCluster(t, 1)
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.Nodes {
+		client := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		for {
+			info, err := client.Info(context.Background(), "replication").Result()
+			if err == nil && (strings.Contains(info, "role:master") && strings.Contains(info, "connected_slaves:1") ||
+				strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = client.Close()
+				t.Fatalf("redistest: cluster node %s did not finish replication setup: %v %q", n.Addr(), err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = client.Close()
+	}
+	return c
+}
+
+func startCluster(t testing.TB, replicas int) *Cluster {
+	t.Helper()
 	cli := binary(t, "redis-cli")
 	c := &Cluster{}
-	for range 3 {
+	for range 3 * (1 + replicas) {
 		c.Nodes = append(c.Nodes, start(t, true))
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
