@@ -29,7 +29,7 @@ func TestRedisAtomicityAcrossClients(t *testing.T) {
 		}
 		var shapers []*Shaper
 		for range clients {
-			s, err := New(NewRedisStore(srv.Client()), rate, WithAlgorithm(alg), WithName("atomic-"+alg.String()), WithMaxQueue(time.Minute))
+			s, err := New(NewRedisStore(srv.Client(), WithTimeout(slowMachine)), rate, WithAlgorithm(alg), WithName("atomic-"+alg.String()), WithMaxQueue(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +97,7 @@ func scriptCalls(t *testing.T, c *redis.Client) (evalshaN, evalN int) {
 func TestRedisOneRoundTripAndScriptFlush(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
-	s, err := New(NewRedisStore(c), PerSecond(1000), WithMaxQueue(time.Minute))
+	s, err := New(NewRedisStore(c, WithTimeout(slowMachine)), PerSecond(1000), WithMaxQueue(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +157,11 @@ func TestRedisServerClockSharedAcrossSkewedHosts(t *testing.T) {
 	ahead, behind := timer.NewFake(time.Now().Add(2*time.Second)), timer.NewFake(time.Now().Add(-2*time.Second))
 	// 10/s: 40 reservations queue 4 s ahead, so the key never goes idle
 	// between calls however slowly the test runs.
-	a, err := New(NewRedisStore(srv.Client()), PerSecond(10), WithClock(ahead), WithName("skew"))
+	a, err := New(NewRedisStore(srv.Client(), WithTimeout(slowMachine)), PerSecond(10), WithClock(ahead), WithName("skew"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(NewRedisStore(srv.Client()), PerSecond(10), WithClock(behind), WithName("skew"))
+	b, err := New(NewRedisStore(srv.Client(), WithTimeout(slowMachine)), PerSecond(10), WithClock(behind), WithName("skew"))
 	if err != nil {
 		t.Fatal(err)
 	}
