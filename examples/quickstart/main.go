@@ -4,11 +4,12 @@
 // http.Client, and through one whose Transport is transport.New(shaper). A
 // live line shows progress; a summary compares the two.
 //
-//	go run ./examples/quickstart
+//	go run ./examples/quickstart [-short]
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,12 +24,17 @@ import (
 	"github.com/throttlekit/throttlekit-go/transport"
 )
 
-const (
-	rate     = 25  // the partner's contract, requests per second
-	requests = 100 // the burst each client sends
-)
+const rate = 25 // the partner's contract, requests per second
+
+// requests is the burst each client sends (-short: 50).
+var requests = 100
 
 func main() {
+	short := flag.Bool("short", false, "send a burst of 50 instead of 100 (CI)")
+	flag.Parse()
+	if *short {
+		requests = 50
+	}
 	if err := run(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)

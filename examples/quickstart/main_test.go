@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -19,7 +20,7 @@ func TestQuickstartRuns(t *testing.T) {
 	}
 	var plainLine string
 	for _, line := range strings.Split(out.String(), "\n") {
-		if strings.HasPrefix(line, "plain client ") && strings.Contains(line, "  100 ") {
+		if strings.HasPrefix(line, "plain client ") && strings.Contains(line, fmt.Sprintf("  %d ", requests)) {
 			plainLine = line
 		}
 	}

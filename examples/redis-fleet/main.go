@@ -1,0 +1,307 @@
+// Command redis-fleet shows several OS processes sharing one budget through
+// Redis. The parent starts an arrival-recording partner on loopback (and a
+// redis-server on a free port unless -redis is given), then starts -procs
+// copies of itself. Each copy paces its requests with a shaper on a
+// RedisStore and sends them from 8 goroutines as fast as its slots allow.
+// The parent prints what the partner saw: per-process and aggregate rates
+// and the most arrivals in any 1 s window.
+//
+//	go run ./examples/redis-fleet [-procs 4] [-rate 500] [-duration 5s] [-redis host:port] [-short]
+//
+// Without -redis it needs redis-server on PATH (Debian: apt-get install
+// redis-server).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttlekit-go/shaper"
+	"github.com/throttlekit/throttlekit-go/transport"
+)
+
+// workerEnv marks a child process; its value is the worker's number.
+const workerEnv = "THROTTLEKIT_FLEET_WORKER"
+
+type config struct {
+	procs    int
+	rate     int
+	duration time.Duration
+	redis    string
+}
+
+func main() {
+	var c config
+	short := flag.Bool("short", false, "2 processes for 2 s (CI)")
+	flag.IntVar(&c.procs, "procs", 4, "processes sharing the budget")
+	flag.IntVar(&c.rate, "rate", 500, "the shared contract, requests per second")
+	flag.DurationVar(&c.duration, "duration", 5*time.Second, "how long each process sends")
+	flag.StringVar(&c.redis, "redis", "", "Redis address (default: start redis-server on a free port)")
+	url := flag.String("url", "", "the partner's URL (set by the parent for its workers)")
+	asJSON := flag.Bool("json", false, "end with the measurements as one JSON line (for make bench)")
+	flag.Parse()
+	if *short {
+		c.procs, c.duration = 2, 2*time.Second
+	}
+	var err error
+	if id := os.Getenv(workerEnv); id != "" {
+		err = worker(id, c, *url)
+	} else {
+		var res Result
+		res, err = measure(os.Stdout, c)
+		if *asJSON && res.Arrivals > 0 {
+			_ = json.NewEncoder(os.Stdout).Encode(res)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redis-fleet:", err)
+		os.Exit(1)
+	}
+}
+
+// worker is one process of the fleet: it sends requests to url from 8
+// goroutines, each paced by the shared Redis budget, for c.duration.
+func worker(id string, c config, url string) error {
+	client := redis.NewClient(&redis.Options{Addr: c.redis, PoolSize: 16})
+	defer client.Close()
+	// A call that cannot reach Redis within a second fails (the default
+	// policy is FailClosed); the default 250 ms is tighter than a loaded
+	// laptop running the whole fleet needs.
+	store := shaper.NewRedisStore(client, shaper.WithTimeout(time.Second))
+	defer store.Close()
+	s, err := shaper.New(store, shaper.PerSecond(int64(c.rate)), shaper.WithName("fleet-demo"))
+	if err != nil {
+		return err
+	}
+	tr := transport.New(s, transport.WithKey(func(*http.Request) string { return "partner" }),
+		transport.WithBase(stamp{http.DefaultTransport}))
+	httpClient := &http.Client{Transport: tr}
+	defer httpClient.CloseIdleConnections()
+
+	ctx, cancel := context.WithTimeout(context.Background(), c.duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				req.Header.Set("X-Worker", id)
+				resp, err := httpClient.Do(req)
+				if err != nil {
+					if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+						return // the run is over; a slot past its end was given back
+					}
+					errs <- err
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// stamp records the departure instant (after the slot's wait) in a header,
+// so that the partner can tell the fleet's pacing from loopback jitter.
+type stamp struct{ base http.RoundTripper }
+
+func (s stamp) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context()) // a RoundTripper must not modify the caller's request
+	req.Header.Set("X-Departed", strconv.FormatInt(time.Now().UnixNano(), 10))
+	return s.base.RoundTrip(req)
+}
+
+// partner records each arrival's time, departure time and worker.
+type partner struct {
+	mu         sync.Mutex
+	arrivals   []time.Time
+	departures []time.Time
+	workers    []int
+}
+
+func (p *partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	id, _ := strconv.Atoi(r.Header.Get("X-Worker"))
+	dep, _ := strconv.ParseInt(r.Header.Get("X-Departed"), 10, 64)
+	p.mu.Lock()
+	p.arrivals = append(p.arrivals, now)
+	p.departures = append(p.departures, time.Unix(0, dep))
+	p.workers = append(p.workers, id)
+	p.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Result is what the parent measured.
+type Result struct {
+	Arrivals  int
+	Rate      float64 // aggregate arrivals per second, first to last arrival
+	ErrorPct  float64 // (Rate - contract) / contract, in percent
+	MostIn1s  int     // the most departures in any 1 s window: the fleet's pacing
+	MostArr1s int     // the most arrivals in any 1 s window: pacing plus loopback jitter
+	PerWorker []int
+}
+
+// measure runs the fleet and returns what the partner saw. It fails if any
+// process fails or the contract is exceeded in some second.
+func measure(w io.Writer, c config) (Result, error) {
+	if c.procs < 1 || c.rate < 1 || c.duration <= 0 {
+		return Result{}, fmt.Errorf("need -procs >= 1, -rate >= 1, -duration > 0")
+	}
+	if c.redis == "" {
+		addr, stop, err := startRedis()
+		if err != nil {
+			return Result{}, err
+		}
+		defer stop()
+		c.redis = addr
+	}
+	// A fresh budget: the example's keys from an earlier run would delay this one.
+	client := redis.NewClient(&redis.Options{Addr: c.redis})
+	err := client.Del(context.Background(), "tk:fleet-demo:{partner}", "tk:fleet-demo:{partner}:p").Err()
+	_ = client.Close()
+	if err != nil {
+		return Result{}, fmt.Errorf("redis at %s: %w", c.redis, err)
+	}
+
+	p := &partner{}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return Result{}, err
+	}
+	fmt.Fprintf(w, "%d processes share %d requests/s through Redis at %s for %v each\n", c.procs, c.rate, c.redis, c.duration)
+	var wg sync.WaitGroup
+	errs := make([]error, c.procs)
+	for i := range c.procs {
+		cmd := exec.Command(self, "-procs", "1", "-rate", strconv.Itoa(c.rate), "-duration", c.duration.String(), "-redis", c.redis, "-url", srv.URL)
+		cmd.Env = append(os.Environ(), workerEnv+"="+strconv.Itoa(i+1))
+		wg.Go(func() {
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("process %d: %v: %s", i+1, err, out)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return Result{}, err
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res := Result{Arrivals: len(p.arrivals), PerWorker: make([]int, c.procs)}
+	if res.Arrivals < 2 {
+		return res, fmt.Errorf("the partner saw %d arrivals", res.Arrivals)
+	}
+	for _, id := range p.workers {
+		if id >= 1 && id <= c.procs {
+			res.PerWorker[id-1]++
+		}
+	}
+	ts := sorted(p.departures)
+	span := ts[len(ts)-1].Sub(ts[0])
+	res.Rate = float64(len(ts)-1) / span.Seconds()
+	res.ErrorPct = (res.Rate - float64(c.rate)) / float64(c.rate) * 100
+	res.MostIn1s = mostInOneSecond(ts)
+	res.MostArr1s = mostInOneSecond(sorted(p.arrivals))
+	fmt.Fprintf(w, "\n%8s %9s %9s\n", "process", "arrivals", "per s")
+	for i, n := range res.PerWorker {
+		fmt.Fprintf(w, "%8d %9d %9.1f\n", i+1, n, float64(n)/span.Seconds())
+	}
+	fmt.Fprintf(w, "%8s %9d %9.1f\n", "all", res.Arrivals, res.Rate)
+	fmt.Fprintf(w, "\naggregate %.1f/s against a contract of %d/s (%+.2f%%)\n", res.Rate, c.rate, res.ErrorPct)
+	fmt.Fprintf(w, "most in any 1 s window: %d departures (limit %d + burst 1), %d arrivals (departures plus loopback jitter)\n",
+		res.MostIn1s, c.rate, res.MostArr1s)
+	// The slots never exceed the contract; a departure is its slot plus the
+	// wake-up lateness of the process that holds it, and on a loaded host that
+	// varies by a few ms, so a window that opens at a late departure can hold
+	// rate x spread more. docs/SHAPER.md ("Slots and departures") has the
+	// figures; a partner that counts strictly wants a rate a percent below
+	// its limit. An excess above that allowance is a failure.
+	if allowed := c.rate + 1 + jitterAllowance(c.rate); res.MostIn1s > allowed {
+		return res, fmt.Errorf("the contract was exceeded: %d departures in one second (allowed %d)", res.MostIn1s, allowed)
+	}
+	return res, nil
+}
+
+// startRedis starts a private redis-server on a free loopback port.
+func startRedis() (string, func(), error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", nil, errors.New("redis-server not found: install it (Debian: apt-get install redis-server) or pass -redis host:port")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	dir, err := os.MkdirTemp("", "redis-fleet")
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if client.Ping(context.Background()).Err() == nil {
+			return addr, stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, fmt.Errorf("redis-server on %s did not answer", filepath.Base(addr))
+		}
+	}
+}
+
+func sorted(ts []time.Time) []time.Time {
+	ts = slices.Clone(ts)
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	return ts
+}
+
+// mostInOneSecond returns the most instants of sorted ts in any half-open
+// 1 s window.
+func mostInOneSecond(ts []time.Time) int {
+	most, j := 0, 0
+	for i := range ts {
+		for ts[i].Sub(ts[j]) >= time.Second {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	return most
+}
+
+// jitterAllowance is the excess over rate + burst in a 1 s window that
+// scheduling lateness can cause: 10 ms of spread (1 %), at least 1.
+func jitterAllowance(rate int) int { return max(1, rate/100) }
