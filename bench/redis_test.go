@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -53,7 +52,7 @@ func measure(b *testing.B, g int, op func(i int) error) {
 }
 
 func client(srv *redistest.Server) *redis.Client {
-	return srv.Client(func(o *redis.Options) { o.PoolSize = 128 })
+	return srv.Client(func(o *redis.Options) { o.PoolSize, o.ContextTimeoutEnabled = 128, true })
 }
 
 // BenchmarkRedis: ThrottleKit's Reserve (leaky bucket, server clock), beside
@@ -86,17 +85,6 @@ func BenchmarkRedis(b *testing.B) {
 	}
 }
 
-var usedMemory = regexp.MustCompile(`used_memory:(\d+)`)
-
-func used(b *testing.B, c *redis.Client) int64 {
-	info, err := c.Info(ctx, "memory").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	n, _ := strconv.ParseInt(usedMemory.FindStringSubmatch(info)[1], 10, 64)
-	return n
-}
-
 // BenchmarkRedisBytesPerKey: server memory per limited key (used_memory
 // before and after 20,000 keys), ThrottleKit's leaky bucket beside redis_rate.
 func BenchmarkRedisBytesPerKey(b *testing.B) {
@@ -111,25 +99,32 @@ func BenchmarkRedisBytesPerKey(b *testing.B) {
 	for _, lib := range []string{"throttlekit", "redis_rate"} {
 		b.Run(lib, func(b *testing.B) {
 			// Measured once, whatever b.N: the figure is a size, not a speed.
-			if err := c.FlushAll(ctx).Err(); err != nil {
-				b.Fatal(err)
-			}
-			before := used(b, c)
-			for i := range n {
-				key := "user:" + strconv.Itoa(100000+i)
-				if lib == "throttlekit" {
-					_, err = s.Reserve(ctx, key, 1)
-				} else {
-					_, err = rr.Allow(ctx, key, redis_rate.PerSecond(1))
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			perKey := float64(used(b, c)-before) / n
+			perKey := redisBytesPerKey(b, c, s, rr, lib, n)
 			for b.Loop() {
 			}
 			b.ReportMetric(perKey, "B/key") // after the loop: b.Loop drops earlier metrics
 		})
 	}
+}
+
+// redisBytesPerKey empties the server, creates n keys with lib (s's shaper or
+// redis_rate at 1/s) and returns the server's used_memory per key.
+func redisBytesPerKey(tb testing.TB, c *redis.Client, s *shaper.Shaper, rr *redis_rate.Limiter, lib string, n int) float64 {
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	before := usedMemory(tb, c)
+	for i := range n {
+		key := "user:" + strconv.Itoa(100000+i)
+		var err error
+		if lib == "throttlekit" {
+			_, err = s.Reserve(ctx, key, 1)
+		} else {
+			_, err = rr.Allow(ctx, key, redis_rate.PerSecond(1))
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return float64(usedMemory(tb, c)-before) / float64(n)
 }
