@@ -7,7 +7,7 @@ BENCHTIME   ?= 1s
 # staticcheck is pinned here and run with `go run`, so it never enters go.mod.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test fmt-check vet redis demo bench fuzz cover lint
+.PHONY: test test-faults soak fmt-check vet redis examples demo bench bench-raw fuzz cover lint
 
 ## test: gofmt check, go vet, then every test under the race detector. Fuzz
 ## targets run their seed corpora (f.Add and testdata/fuzz) as ordinary tests;
@@ -15,7 +15,29 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ## start their own redis-server processes; `redis` installs it if missing.
 test: fmt-check vet redis
 	$(GO) test -race -count=1 -timeout 8m ./...
-	cd bench && $(GO) vet ./... && $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 -run TestReport -bench . -benchtime 1x ./...
+	$(MAKE) --no-print-directory examples
+
+## examples: the examples of the root module are built and tested by `go
+## test ./...`; this vets and tests examples/otel (a module of its own, so that
+## the OpenTelemetry SDK and exporters stay out of the library's go.mod) and
+## runs quickstart and otel to completion with -short.
+examples:
+	cd examples/otel && $(GO) vet ./... && $(GO) test -race -count=1 ./... && $(GO) run . -short > /dev/null
+	$(GO) run ./examples/quickstart -short > /dev/null
+
+## test-faults: the fault and load tests against real redis-server processes
+## (reliability/, -tags faults): Redis paused, killed and restarted, its
+## script cache flushed, blocked by DEBUG SLEEP, a cluster master failing over;
+## 1,000,000 reservations over 10,000 keys. Each prints its figures. CI runs it.
+test-faults: redis
+	$(GO) test -race -count=1 -tags faults -timeout 15m -v -run 'TestFaults|TestLoad' ./reliability/
+
+## soak: SOAK_DURATION (default 5m) of mixed load; prints the heap and the
+## goroutine count every 10 s and fails if either grows. Not run by CI.
+SOAK_DURATION ?= 5m
+soak: redis
+	SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -tags soak -timeout 30m -v -run TestSoak ./reliability/
 
 fmt-check:
 	@unformatted="$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go'))"; \
@@ -32,12 +54,18 @@ redis:
 demo:
 	$(GO) run ./examples/quickstart
 
-## bench: every benchmark of the library with allocation counts, then the
-## nested bench module (ThrottleKit beside redis_rate and a no-op EVALSHA on
-## one Redis server it starts itself).
+## bench: the side-by-side report (bench/report_test.go): ThrottleKit beside
+## x/time/rate, uber-go/ratelimit and redis_rate in one run, medians of
+## BENCHRUNS runs, written to docs/BENCHMARKS.md and docs/pacing.svg (about
+## 7 minutes on 2 cores; it starts its own Redis). `bench-raw` prints every
+## benchmark of the library and of the bench module instead.
+BENCHRUNS ?= 3
 bench: redis
+	cd bench && $(GO) test -count=1 -run TestReport -report ../docs -runs $(BENCHRUNS) -timeout 20m -v .
+
+bench-raw: redis
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
-	cd bench && $(GO) test -run '^$$' -bench . -benchtime 20000x -timeout 8m .
+	cd bench && $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 15m .
 
 ## fuzz: a real fuzzing run of FUZZTIME for every fuzz target, one at a time.
 fuzz:
@@ -55,4 +83,4 @@ cover: redis
 
 ## lint: staticcheck at the pinned version.
 lint:
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags faults,soak ./...

@@ -1,0 +1,118 @@
+//go:build faults || soak
+
+package reliability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/shaper"
+)
+
+var bg = context.Background()
+
+// recorder collects what a load run saw: each departure's instant and each
+// error by kind.
+type recorder struct {
+	mu   sync.Mutex
+	deps []time.Time
+	errs map[string]int
+	ok   int
+}
+
+func newRecorder() *recorder { return &recorder{errs: map[string]int{}} }
+
+func (r *recorder) depart(t time.Time) {
+	r.mu.Lock()
+	r.deps = append(r.deps, t)
+	r.ok++
+	r.mu.Unlock()
+}
+
+func errKind(err error) string {
+	var se *shaper.StoreError
+	switch {
+	case errors.As(err, &se):
+		return "store"
+	case errors.Is(err, shaper.ErrQueueFull):
+		return "queue_full"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return fmt.Sprintf("other: %v", err)
+}
+
+func (r *recorder) fail(err error) {
+	r.mu.Lock()
+	r.errs[errKind(err)]++
+	r.mu.Unlock()
+}
+
+// departures returns the departures sorted.
+func (r *recorder) departures() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := slices.Clone(r.deps)
+	slices.SortFunc(d, func(a, b time.Time) int { return a.Compare(b) })
+	return d
+}
+
+// between counts departures in [from, to).
+func between(deps []time.Time, from, to time.Time) int {
+	n := 0
+	for _, t := range deps {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// mostIn returns the most departures in any window of length w that starts
+// at a departure in [from, to), and where that window starts.
+func mostIn(deps []time.Time, w time.Duration, from, to time.Time) (int, time.Time) {
+	most, at, j := 0, time.Time{}, 0
+	for i := range deps {
+		for j < len(deps) && deps[j].Sub(deps[i]) < w {
+			j++
+		}
+		if deps[i].Before(from) || !deps[i].Before(to) {
+			continue
+		}
+		if j-i > most {
+			most, at = j-i, deps[i]
+		}
+	}
+	return most, at
+}
+
+// load runs waiters goroutines, each calling Wait on key in a loop (with a
+// per-call timeout) and recording what happened, until ctx ends.
+func load(ctx context.Context, r shaper.Reserver, key string, waiters int, rec *recorder) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for range waiters {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				err := r.Wait(cctx, key, 1)
+				cancel()
+				if err == nil {
+					rec.depart(time.Now())
+					continue
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				rec.fail(err)
+				time.Sleep(5 * time.Millisecond) // a failing store: do not spin
+			}
+		})
+	}
+	return &wg
+}
