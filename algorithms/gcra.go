@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -155,4 +156,76 @@ func set1(st State, v float64) State {
 	}
 	st[0] = v
 	return st[:1]
+}
+
+// The methods below are the transitions of GCRA on a state held as a bare
+// TAT, for stores that keep one float64 per key instead of a State. They make
+// no interface calls and never allocate; each gives, bit for bit, what its
+// State counterpart gives for State{tat}, or for a cold key when tat is
+// ColdTAT (property-tested).
+
+// ColdTAT is the bare TAT of a cold key: it is below every now, so the key
+// behaves as if it had no state.
+var ColdTAT = math.Inf(-1)
+
+// ReserveTAT is [ReserveNotBefore] for g on a bare TAT (ColdTAT for a cold
+// key). It writes the decision to *dec (so that a hot path copies it once)
+// and returns the TAT to store, which is tat itself when refused.
+func (g *GCRA) ReserveTAT(tat, now, notBefore float64, cost int64, dec *Decision) (float64, error) {
+	if cost < 1 || float64(cost) > g.maxCost {
+		*dec = Decision{}
+		return tat, g.ValidateCost(cost)
+	}
+	if !finite(now) || !finite(notBefore) {
+		*dec = Decision{}
+		return tat, ErrInvalidTime
+	}
+	from := now // max(stored, now), as Earliest and Commit compute it
+	if tat > now {
+		from = tat
+	}
+	tc := float64(g.interval * float64(cost))
+	at := (from + tc) - g.tau
+	if at < now {
+		at = now
+	}
+	if notBefore > at {
+		at = notBefore
+	}
+	wait := at - now
+	if wait > g.maxWait {
+		rem, reset := g.StatusTAT(tat, now)
+		*dec = MakeDecision(false, wait-g.maxWait, rem, reset)
+		return tat, nil
+	}
+	excess := tc - g.tau
+	if excess < 0 {
+		excess = 0
+	}
+	base := from
+	if v := at - excess; v > base {
+		base = v
+	}
+	next := base + tc
+	rem, reset := g.StatusTAT(next, now)
+	dec.Allowed, dec.Delay, dec.Remaining, dec.RetryAfter, dec.ResetAfter = true, Duration(wait), units(rem), 0, Duration(reset)
+	dec.raw = [3]float64{wait, rem, reset}
+	return next, nil
+}
+
+// StatusTAT is [GCRA.Status] on a bare TAT.
+func (g *GCRA) StatusTAT(tat, now float64) (remaining, resetAfter float64) {
+	if tat < now {
+		tat = now
+	}
+	return ((now + g.tau) - tat) / g.interval, tat - now
+}
+
+// CancelTAT is [GCRA.Cancel] on a bare TAT: it returns the refunded TAT and
+// true if tat is the stored one, else stored and false.
+func (g *GCRA) CancelTAT(stored, tat float64, cost int64) (float64, bool) {
+	if stored != tat {
+		return stored, false
+	}
+	return tat - float64(g.interval*float64(cost)), true
 }

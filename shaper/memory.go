@@ -54,17 +54,142 @@ type MemoryStore struct {
 	closeOnce sync.Once
 }
 
-type memKey struct {
-	ns  uint32
-	key string
-}
-
+// memShard holds the keys whose hash falls in it, one memSpace per namespace
+// (shaper prefix): keys are plain strings, so a lookup hashes the caller's key
+// once, with the runtime's string hash, and never builds a composite key.
 type memShard struct {
 	mu     sync.Mutex
-	states map[memKey]algorithms.State
-	paused map[memKey]float64 // pauses are rare: kept apart so entries stay small
-	high   float64            // the latest now seen by this shard
-	_      [40]byte           // keep shards on separate cache lines
+	spaces []*memSpace // by namespace id; created on first use, under mu
+	high   float64     // the latest now seen by this shard
+	_      [24]byte    // keep shards on separate cache lines
+}
+
+// memSpace is one namespace's keys in one shard. The GCRA family (the leaky
+// bucket shaper and GCRA) keeps a bare TAT per key in a slab, and the map
+// holds the key's index in it: no slice header, no allocation per key, no
+// pointer for the collector to follow, and an update is a slab write, not a
+// second map operation. The other algorithms keep a State per key.
+type memSpace struct {
+	alg    algorithms.Algorithm
+	gcra   *algorithms.GCRA  // non-nil: states are bare TATs in slab
+	index  map[string]uint32 // key -> its TAT's index in slab
+	slab   []float64         // TATs; the slots in free are unused
+	free   []uint32          // slab slots of evicted keys, reused first
+	states map[string]algorithms.State
+	paused map[string]float64 // pauses are rare: nil until the first
+}
+
+// add stores a new key's TAT; key must already be a clone.
+func (sp *memSpace) add(key string, tat float64) {
+	var i uint32
+	if n := len(sp.free); n > 0 {
+		i, sp.free = sp.free[n-1], sp.free[:n-1]
+		sp.slab[i] = tat
+	} else {
+		i = uint32(len(sp.slab))
+		sp.slab = append(sp.slab, tat)
+	}
+	sp.index[key] = i
+}
+
+// drop removes a key of the GCRA family whose slab slot is i.
+func (sp *memSpace) drop(key string, i uint32) {
+	delete(sp.index, key)
+	sp.free = append(sp.free, i)
+}
+
+// get returns key's state as a State (a copy for a bare TAT).
+func (sp *memSpace) get(key string) (algorithms.State, bool) {
+	if sp.gcra != nil {
+		i, ok := sp.index[key]
+		if !ok {
+			return nil, false
+		}
+		return algorithms.State{sp.slab[i]}, true
+	}
+	st, ok := sp.states[key]
+	return st, ok
+}
+
+// put stores st for key and reports whether the key is new; a new key is
+// cloned so that the map does not pin the caller's buffer.
+func (sp *memSpace) put(key string, st algorithms.State) bool {
+	if sp.gcra != nil {
+		if i, ok := sp.index[key]; ok {
+			sp.slab[i] = st[0]
+			return false
+		}
+		sp.add(strings.Clone(key), st[0])
+		return true
+	}
+	_, ok := sp.states[key]
+	if !ok {
+		key = strings.Clone(key)
+	}
+	sp.states[key] = st
+	return !ok
+}
+
+// remove deletes key's state and reports whether it held one.
+func (sp *memSpace) remove(key string) bool {
+	if sp.gcra != nil {
+		if i, ok := sp.index[key]; ok {
+			sp.drop(key, i)
+			return true
+		}
+		return false
+	}
+	if _, ok := sp.states[key]; ok {
+		delete(sp.states, key)
+		return true
+	}
+	return false
+}
+
+// floor returns the instant before which key may not depart: its pause's
+// end, or now.
+func (sp *memSpace) floor(key string, now float64) float64 {
+	if sp.paused != nil {
+		if p, ok := sp.paused[key]; ok && p > now {
+			return p
+		}
+	}
+	return now
+}
+
+// sweep evicts the idle keys (equivalent to a cold key at now, and not
+// paused) and returns how many it evicted.
+func (sp *memSpace) sweep(now float64) int {
+	for k, p := range sp.paused {
+		if p <= now {
+			delete(sp.paused, k)
+		}
+	}
+	n := 0
+	if sp.gcra != nil {
+		for k, i := range sp.index {
+			if _, reset := sp.gcra.StatusTAT(sp.slab[i], now); reset > 0 {
+				continue
+			}
+			if _, paused := sp.paused[k]; paused {
+				continue
+			}
+			sp.drop(k, i)
+			n++
+		}
+		return n
+	}
+	for k, st := range sp.states {
+		if _, reset := sp.alg.Status(st, now); reset > 0 {
+			continue
+		}
+		if _, paused := sp.paused[k]; paused {
+			continue
+		}
+		delete(sp.states, k)
+		n++
+	}
+	return n
 }
 
 // MemoryOption configures NewMemoryStore.
@@ -98,9 +223,6 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	m := &MemoryStore{seed: maphash.MakeSeed(), interval: DefaultSweepInterval, ns: map[string]*dim{}}
 	for _, o := range opts {
 		o(m)
-	}
-	for i := range m.shards {
-		m.shards[i].states = map[memKey]algorithms.State{}
 	}
 	m.algs.Store(&[]algorithms.Algorithm{})
 	if m.err == nil && m.interval > 0 {
@@ -161,25 +283,36 @@ func (m *MemoryStore) Sweep() int {
 
 // sweepShard evicts the idle keys of sh; the caller holds sh.mu.
 func (m *MemoryStore) sweepShard(sh *memShard, now float64) int {
-	algs := *m.algs.Load()
 	n := 0
-	for k, p := range sh.paused {
-		if p <= now {
-			delete(sh.paused, k)
+	for _, sp := range sh.spaces {
+		if sp != nil {
+			n += sp.sweep(now)
 		}
-	}
-	for k, st := range sh.states {
-		if _, reset := algs[k.ns].Status(st, now); reset > 0 {
-			continue
-		}
-		if _, paused := sh.paused[k]; paused {
-			continue
-		}
-		delete(sh.states, k)
-		n++
 	}
 	m.keys.Add(int64(-n))
 	return n
+}
+
+// space returns namespace ns's keys in sh, creating them on first use; the
+// caller holds sh.mu.
+func (m *MemoryStore) space(sh *memShard, ns uint32) *memSpace {
+	if int(ns) < len(sh.spaces) {
+		if sp := sh.spaces[ns]; sp != nil {
+			return sp
+		}
+	}
+	algs := *m.algs.Load() // ns was bound before any shaper could use it
+	if grow := len(algs) - len(sh.spaces); grow > 0 {
+		sh.spaces = append(sh.spaces, make([]*memSpace, grow)...)
+	}
+	sp := &memSpace{alg: algs[ns]}
+	if g, ok := sp.alg.(*algorithms.GCRA); ok {
+		sp.gcra, sp.index = g, map[string]uint32{}
+	} else {
+		sp.states = map[string]algorithms.State{}
+	}
+	sh.spaces[ns] = sp
+	return sp
 }
 
 // bind gives the dimension a namespace id. Shapers may share a prefix (and so
@@ -256,32 +389,63 @@ func (m *MemoryStore) room(sh *memShard, now float64, n int64) bool {
 }
 
 func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, error) {
-	k := memKey{d.memID, key}
-	sh := m.shard(k.ns, key)
+	if g, ok := alg.(*algorithms.GCRA); ok {
+		var dec algorithms.Decision
+		tag, err := m.reserveTAT(d, g, key, cost, now, &dec)
+		return dec, tag, err
+	}
+	sh := m.shard(d.memID, key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sp := m.space(sh, d.memID)
 	sh.high = max(sh.high, now)
-	floor := now
-	if len(sh.paused) > 0 {
-		floor = max(floor, sh.paused[k])
-	}
-	st, exists := sh.states[k]
+	st, exists := sp.states[key]
 	if !exists && !m.room(sh, now, 1) {
 		return algorithms.Decision{}, 0, ErrStoreFull
 	}
-	next, dec, err := algorithms.ReserveNotBefore(alg, st, now, floor, cost)
+	next, dec, err := algorithms.ReserveNotBefore(alg, st, now, sp.floor(key, now), cost)
 	if err != nil || !dec.Allowed {
 		return dec, 0, err
 	}
 	switch {
 	case !exists:
-		k.key = strings.Clone(key) // do not pin the caller's buffer
-		sh.states[k] = next
+		sp.put(key, next)
 		m.keys.Add(1)
 	case len(next) != len(st) || &next[0] != &st[0]:
-		sh.states[k] = next
+		sp.states[key] = next
 	}
 	return dec, next[0], nil
+}
+
+// reserveTAT is reserve for the GCRA family (g is d's leaky bucket or its
+// Allow form), whose keys hold a bare TAT: concrete calls, one lookup and
+// one store, and the decision written once, to *dec. The Shaper calls it
+// directly on its hot path. It returns the stored TAT, the reservation's tag.
+func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost int64, now float64, dec *algorithms.Decision) (float64, error) {
+	sh := m.shard(d.memID, key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sp := m.space(sh, d.memID)
+	sh.high = max(sh.high, now)
+	i, exists := sp.index[key]
+	tat := algorithms.ColdTAT
+	if exists {
+		tat = sp.slab[i]
+	} else if !m.room(sh, now, 1) {
+		*dec = algorithms.Decision{}
+		return 0, ErrStoreFull
+	}
+	next, err := g.ReserveTAT(tat, now, sp.floor(key, now), cost, dec)
+	if err != nil || !dec.Allowed {
+		return 0, err
+	}
+	if exists {
+		sp.slab[i] = next
+	} else {
+		sp.add(strings.Clone(key), next) // do not pin the caller's buffer
+		m.keys.Add(1)
+	}
+	return next, nil
 }
 
 // lockAll locks the shards of keys in index order (so that concurrent
@@ -315,18 +479,16 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	defer unlockAll(locked)
 	n := len(req.dims)
 	dims := make([]algorithms.Dim, n)
-	keys := make([]memKey, n)
-	exists := make([]bool, n)
+	spaces := make([]*memSpace, n)
 	floor, fresh := req.now, int64(0)
 	for i, d := range req.dims {
-		keys[i] = memKey{d.memID, req.keys[i]}
 		sh := shards[i]
+		sp := m.space(sh, d.memID)
+		spaces[i] = sp
 		sh.high = max(sh.high, req.now)
-		if len(sh.paused) > 0 {
-			floor = max(floor, sh.paused[keys[i]])
-		}
-		var st algorithms.State
-		if st, exists[i] = sh.states[keys[i]]; !exists[i] {
+		floor = max(floor, sp.floor(req.keys[i], req.now))
+		st, exists := sp.get(req.keys[i])
+		if !exists {
 			fresh++
 		}
 		dims[i] = algorithms.Dim{Alg: req.algs[i], State: st, Cost: req.costs[i]}
@@ -354,76 +516,66 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	}
 	req.tags = make([]float64, n)
 	for i := range dims {
-		sh := shards[i]
-		if !exists[i] {
-			keys[i].key = strings.Clone(keys[i].key)
+		// Counted by put: room may have evicted an idle key read above.
+		if spaces[i].put(req.keys[i], dims[i].State) {
 			m.keys.Add(1)
 		}
-		sh.states[keys[i]] = dims[i].State
 		req.tags[i] = dims[i].State[0]
 	}
 	return nil
 }
 
-func (m *MemoryStore) cancel(_ context.Context, dims []*dim, keys []string, tags []float64, costs []int64) error {
+// each runs f on every (dimension, key) pair with the key's shard locked.
+func (m *MemoryStore) each(dims []*dim, keys []string, f func(sh *memShard, sp *memSpace, d *dim, i int)) {
 	for i, d := range dims {
-		if d.gcra == nil {
-			continue
-		}
-		k := memKey{d.memID, keys[i]}
-		sh := m.shard(k.ns, k.key)
+		sh := m.shard(d.memID, keys[i])
 		sh.mu.Lock()
-		if st, ok := sh.states[k]; ok {
-			d.gcra.Cancel(st, tags[i], costs[i]) // in place
-		}
+		f(sh, m.space(sh, d.memID), d, i)
 		sh.mu.Unlock()
 	}
+}
+
+func (m *MemoryStore) cancel(_ context.Context, dims []*dim, keys []string, tags []float64, costs []int64) error {
+	m.each(dims, keys, func(_ *memShard, sp *memSpace, d *dim, i int) {
+		if d.gcra == nil { // only the GCRA family refunds; its keys are bare TATs
+			return
+		}
+		if j, ok := sp.index[keys[i]]; ok {
+			sp.slab[j], _ = d.gcra.CancelTAT(sp.slab[j], tags[i], costs[i])
+		}
+	})
 	return nil
 }
 
 func (m *MemoryStore) pause(_ context.Context, dims []*dim, keys []string, now, d float64) error {
 	until := now + d
-	for i, d := range dims {
-		k := memKey{d.memID, keys[i]}
-		sh := m.shard(k.ns, k.key)
-		sh.mu.Lock()
-		if sh.paused == nil {
-			sh.paused = map[memKey]float64{}
+	m.each(dims, keys, func(_ *memShard, sp *memSpace, _ *dim, i int) {
+		if sp.paused == nil {
+			sp.paused = map[string]float64{}
 		}
-		if until > sh.paused[k] {
-			k.key = strings.Clone(k.key)
-			sh.paused[k] = until
+		if p, ok := sp.paused[keys[i]]; !ok || until > p {
+			sp.paused[strings.Clone(keys[i])] = until
 		}
-		sh.mu.Unlock()
-	}
+	})
 	return nil
 }
 
 func (m *MemoryStore) reset(_ context.Context, dims []*dim, keys []string) error {
-	for i, d := range dims {
-		k := memKey{d.memID, keys[i]}
-		sh := m.shard(k.ns, k.key)
-		sh.mu.Lock()
-		if _, ok := sh.states[k]; ok {
-			delete(sh.states, k)
+	m.each(dims, keys, func(_ *memShard, sp *memSpace, _ *dim, i int) {
+		if sp.remove(keys[i]) {
 			m.keys.Add(-1)
 		}
-		delete(sh.paused, k)
-		sh.mu.Unlock()
-	}
+		delete(sp.paused, keys[i])
+	})
 	return nil
 }
 
 func (m *MemoryStore) pauseLeft(_ context.Context, dims []*dim, keys []string, now float64) (float64, error) {
 	left := 0.0
-	for i, d := range dims {
-		k := memKey{d.memID, keys[i]}
-		sh := m.shard(k.ns, k.key)
-		sh.mu.Lock()
-		if p, ok := sh.paused[k]; ok {
+	m.each(dims, keys, func(_ *memShard, sp *memSpace, _ *dim, i int) {
+		if p, ok := sp.paused[keys[i]]; ok {
 			left = max(left, p-now)
 		}
-		sh.mu.Unlock()
-	}
+	})
 	return left, nil
 }

@@ -111,3 +111,44 @@ func TestBackgroundSweeperRunsAndStops(t *testing.T) {
 	}
 	// goleak (TestMain) checks that the sweeper goroutine is gone.
 }
+
+// For every algorithm, Sweep evicts exactly the keys that are idle: not one
+// that is throttled or paused. Keys created after an eviction reuse the
+// evicted keys' slots without inheriting their state, and a key evicted and
+// used again starts cold.
+func TestSweepEvictsOnlyIdleKeysForEveryAlgorithm(t *testing.T) {
+	t.Parallel()
+	for _, alg := range []Algorithm{LeakyBucket, GCRA, TokenBucket, FixedWindow, SlidingWindow, SlidingWindowLog} {
+		t.Run(alg.String(), func(t *testing.T) {
+			s, store, clock := newTest(t, PerSecond(1), WithAlgorithm(alg))
+			for i := range 50 {
+				mustReserve(t, s, "old"+strconv.Itoa(i), 1)
+			}
+			if err := s.Pause(bg, "old0", time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(3 * time.Second) // every old key idle, except the paused one
+			mustReserve(t, s, "fresh", 1)  // throttled for a second
+			if n := store.Sweep(); n != 49 {
+				t.Fatalf("swept %d keys, want the 49 idle ones", n)
+			}
+			if store.Len() != 2 {
+				t.Fatalf("Len = %d after the sweep, want 2 (fresh, paused old0)", store.Len())
+			}
+			for i := range 49 { // new keys take the freed slots: each starts cold
+				if ok, err := s.Allow(bg, "new"+strconv.Itoa(i), 1); !ok || err != nil {
+					t.Fatalf("new key %d refused (%v, %v): it inherited an evicted state", i, ok, err)
+				}
+			}
+			if ok, _ := s.Allow(bg, "fresh", 1); ok {
+				t.Fatal("fresh admitted twice in its second: its state was lost or overwritten")
+			}
+			if ok, _ := s.Allow(bg, "old1", 1); !ok {
+				t.Fatal("an evicted key did not start cold")
+			}
+			if ok, _ := s.Allow(bg, "old0", 1); ok {
+				t.Fatal("the paused key was admitted: its pause was evicted")
+			}
+		})
+	}
+}

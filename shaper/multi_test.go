@@ -21,7 +21,8 @@ func snapshot(store *MemoryStore, s *Shaper, key string) []algorithms.State {
 		}
 		sh := store.shard(d.memID, k)
 		sh.mu.Lock()
-		out[i] = slices.Clone(sh.states[memKey{d.memID, k}])
+		out[i], _ = store.space(sh, d.memID).get(k)
+		out[i] = slices.Clone(out[i])
 		sh.mu.Unlock()
 	}
 	return out

@@ -49,6 +49,13 @@ type Shaper struct {
 	store  Store
 	dims   []*dim
 	queues bool // the leaky bucket: Reserve grants delays
+
+	// The hot path: one dimension of the GCRA family on a MemoryStore is
+	// served by concrete calls (mem.reserveTAT), with no interface dispatch
+	// and the decision written once.
+	mem             *MemoryStore
+	gcra, gcraAllow *algorithms.GCRA
+	single          bool // one dimension, no Key or Cost mapping
 }
 
 var _ Reserver = (*Shaper)(nil)
@@ -148,6 +155,11 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 		}
 		s.dims = append(s.dims, d)
 	}
+	s.single = len(s.dims) == 1 && s.dims[0].key == nil && s.dims[0].cost == nil
+	if m, ok := store.(*MemoryStore); ok && s.single && s.dims[0].gcra != nil {
+		s.mem, s.gcra = m, s.dims[0].gcra
+		s.gcraAllow, _ = s.dims[0].allow.(*algorithms.GCRA)
+	}
 	return s, nil
 }
 
@@ -165,7 +177,7 @@ type Reservation struct {
 	Delay time.Duration
 
 	s    *Shaper
-	at   time.Time
+	now  time.Time // when it was granted: it departs at now + Delay
 	key  string
 	cost int64
 	tag  float64
@@ -174,7 +186,7 @@ type Reservation struct {
 }
 
 // Time returns the departure instant on the shaper's clock.
-func (r *Reservation) Time() time.Time { return r.at }
+func (r *Reservation) Time() time.Time { return r.now.Add(r.Delay) }
 
 // Cancel gives the slot back if the key's schedule still ends with this
 // reservation (nothing reserved after it depends on it); otherwise it does
@@ -212,9 +224,7 @@ type outcome struct {
 
 // simple reports whether s has the single-key fast path: one dimension, with
 // no key or cost mapping.
-func (s *Shaper) simple() bool {
-	return len(s.dims) == 1 && s.dims[0].key == nil && s.dims[0].cost == nil
-}
+func (s *Shaper) simple() bool { return s.single }
 
 // check validates what every method is given and reads the clock once.
 func (s *Shaper) check(ctx context.Context, key string, cost int64) (time.Time, error) {
@@ -242,10 +252,31 @@ func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool) (t
 	if allow {
 		alg = d.allow
 	}
+	if s.mem != nil {
+		var dec algorithms.Decision
+		tag, err := s.reserveMem(ctx, key, cost, allow, now, &dec)
+		return now, dec, tag, err
+	}
 	st := startStore(ctx)
 	dec, tag, err := s.store.reserve(ctx, d, alg, key, cost, algorithms.Millis(now))
 	st.done("reserve", err)
 	return now, dec, tag, err
+}
+
+// reserveMem is one's transition on a MemoryStore for the GCRA family,
+// writing the decision to *dec.
+func (s *Shaper) reserveMem(ctx context.Context, key string, cost int64, allow bool, now time.Time, dec *algorithms.Decision) (float64, error) {
+	g := s.gcra
+	if allow {
+		g = s.gcraAllow
+	}
+	if !tracing.Load() {
+		return s.mem.reserveTAT(s.dims[0], g, key, cost, algorithms.Millis(now), dec)
+	}
+	st := startStore(ctx)
+	tag, err := s.mem.reserveTAT(s.dims[0], g, key, cost, algorithms.Millis(now), dec)
+	st.done("reserve", err)
+	return tag, err
 }
 
 // decide runs one transition for key and cost at the clock's now, on either
@@ -256,7 +287,7 @@ func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool)
 		if err != nil || !dec.Allowed {
 			return outcome{now: now, dec: dec}, err
 		}
-		return outcome{now: now, dec: dec, res: Reservation{Delay: dec.Delay, s: s, at: now.Add(dec.Delay), key: key, cost: cost, tag: tag}}, nil
+		return outcome{now: now, dec: dec, res: Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag}}, nil
 	}
 	now, err := s.check(ctx, key, cost)
 	if err != nil {
@@ -294,7 +325,7 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 		req.costs = append(req.costs, c)
 	}
 	if len(req.dims) == 0 { // every dimension left out: nothing to limit
-		return outcome{now: now, dec: algorithms.Decision{Allowed: true}, res: Reservation{s: s, at: now, key: key, cost: cost, done: true}}, nil
+		return outcome{now: now, dec: algorithms.Decision{Allowed: true}, res: Reservation{s: s, now: now, key: key, cost: cost, done: true}}, nil
 	}
 	st := startStore(ctx)
 	err := s.store.reserveAll(ctx, req)
@@ -309,7 +340,7 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 		o.binding = req.dims[b].name
 	}
 	if o.dec.Allowed {
-		o.res = Reservation{Delay: o.dec.Delay, s: s, at: now.Add(o.dec.Delay), key: key, cost: cost, m: req}
+		o.res = Reservation{Delay: o.dec.Delay, s: s, now: now, key: key, cost: cost, m: req}
 	}
 	return o, nil
 }
@@ -349,6 +380,21 @@ func (s *Shaper) queueFull(key string, retryAfter time.Duration, binding string)
 //
 // A ctx that is already done returns ctx.Err() and consumes nothing.
 func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservation, error) {
+	if s.mem != nil { // the hottest path: nothing copied twice
+		now, err := s.check(ctx, key, cost)
+		if err != nil {
+			return Reservation{}, err
+		}
+		var dec algorithms.Decision
+		tag, err := s.reserveMem(ctx, key, cost, false, now, &dec)
+		if err != nil {
+			return Reservation{}, err
+		}
+		if !dec.Allowed {
+			return Reservation{}, s.queueFull(key, dec.RetryAfter, "")
+		}
+		return Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag}, nil
+	}
 	if s.simple() { // the hot path: build the Reservation once, in place
 		now, dec, tag, err := s.one(ctx, key, cost, false)
 		if err != nil {
@@ -357,7 +403,7 @@ func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservati
 		if !dec.Allowed {
 			return Reservation{}, s.queueFull(key, dec.RetryAfter, "")
 		}
-		return Reservation{Delay: dec.Delay, s: s, at: now.Add(dec.Delay), key: key, cost: cost, tag: tag}, nil
+		return Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag}, nil
 	}
 	o, err := s.decide(ctx, key, cost, false)
 	if err != nil {
@@ -460,7 +506,7 @@ func (s *Shaper) sleepReserved(ctx context.Context, key string, r Reservation) e
 		_ = r.Cancel(context.WithoutCancel(ctx))
 		return &DeadlineError{Key: key, Delay: r.Delay, Deadline: dl}
 	}
-	if err := s.sleepUntil(ctx, r.at); err != nil {
+	if err := s.sleepUntil(ctx, r.Time()); err != nil {
 		_ = r.Cancel(context.WithoutCancel(ctx))
 		return err
 	}

@@ -46,7 +46,7 @@ func sleepUntil(ctx context.Context, c Clock, deadline time.Time, window time.Du
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		remaining := deadline.Sub(c.Now().Round(0))
+		remaining := deadline.Sub(wallNow(c))
 		if remaining <= 0 {
 			return nil
 		}
@@ -63,4 +63,15 @@ func sleepUntil(ctx context.Context, c Clock, deadline time.Time, window time.Du
 		case <-t.C():
 		}
 	}
+}
+
+// wallNow reads c's wall clock without its monotonic reading. For the real
+// clock it calls time.Now, not the anchored Now: the monotonic clock stops
+// while the host is suspended, and the wall clock is what tells a chunked
+// sleep that the time has come.
+func wallNow(c Clock) time.Time {
+	if _, ok := c.(realClock); ok {
+		return time.Now().Round(0)
+	}
+	return c.Now().Round(0)
 }
