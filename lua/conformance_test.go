@@ -119,7 +119,7 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 	ctx := context.Background()
 	t0 := algorithms.Millis(time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC))
 	var transcript strings.Builder
-	steps := 0
+	steps, gcraSteps := 0, 0
 	for ci, algs := range configs() {
 		keys := make([]string, 0, 2*len(algs))
 		for d := range algs {
@@ -169,6 +169,35 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if kind, p := algs[0].Params(); len(algs) == 1 && kind == "g" {
+				// The single-dimension GCRA script: the very same reply and
+				// stored state as Reserve, on keys of its own.
+				gkeys := []string{"g" + keys[0], "g" + keys[1]}
+				params := lua.GCRAParams(p)
+				gv, err := lua.ReserveGCRA.Run(ctx, client, gkeys, lua.ReserveGCRAArgs(lua.Float(now), &params, cost)...).Result()
+				if err != nil {
+					t.Fatalf("config %d step %d: ReserveGCRA: %v", ci, si, err)
+				}
+				grep, err := lua.ParseReserveGCRA(gv, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var gdec algorithms.Decision
+				gtag, err := grep.Decide(algs[0].(*algorithms.GCRA), cost, &gdec)
+				if err != nil {
+					t.Fatalf("config %d step %d: %v", ci, si, err)
+				}
+				if rep := must(lua.ParseReserve(v, 1)); gdec != algorithms.MakeDecision(rep.Allowed, rep.Wait, rep.Remaining, rep.Reset) ||
+					grep.Binding != rep.Binding || grep.Now != rep.Now || (rep.Allowed && gtag != rep.Tags[0]) {
+					t.Fatalf("config %d step %d: ReserveGCRA gives %+v (binding %d, tag %v), Reserve %+v", ci, si, gdec, grep.Binding, gtag, rep)
+				}
+				gs, _ := client.Get(ctx, gkeys[0]).Result()
+				rs, _ := client.Get(ctx, keys[0]).Result()
+				if gs != rs {
+					t.Fatalf("config %d step %d: ReserveGCRA stored %q, Reserve %q", ci, si, gs, rs)
+				}
+				gcraSteps++
+			}
 			luaDec := algorithms.MakeDecision(rep.Allowed, rep.Wait, rep.Remaining, rep.Reset)
 			if luaDec != goDec.Decision || rep.Binding != goDec.Binding || rep.Now != now {
 				t.Fatalf("config %d step %d (now %v, cost %d): Go %+v binding %d, Lua %+v binding %d (raw %+v)",
@@ -202,8 +231,8 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(configs()) < 20 || steps < 20*400 {
-		t.Fatalf("only %d configurations, %d steps", len(configs()), steps)
+	if len(configs()) < 20 || steps < 20*400 || gcraSteps != 5*400 {
+		t.Fatalf("only %d configurations, %d steps, %d through ReserveGCRA", len(configs()), steps, gcraSteps)
 	}
 	const golden = "testdata/conformance.golden"
 	if *update {
@@ -224,5 +253,90 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 			}
 		}
 		t.Fatalf("the transcript has %d lines, %s has %d", len(gl), golden, len(wl))
+	}
+}
+
+// ReserveGCRA honours a pause exactly as Reserve does: with pause keys set
+// (some in the past, some ahead of the schedule, some behind it) on both key
+// sets, the two scripts give the same replies and stored states, and the
+// pause binds (binding -1) in some steps and not in others.
+func TestReserveGCRAMatchesReserveUnderPauses(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	ctx := context.Background()
+	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 70, Period: 3 * time.Second, Burst: 2}, 10*time.Second))
+	kind, p := g.Params()
+	params := lua.GCRAParams(p)
+	keys, gkeys := []string{"r:{k}", "r:{k}:p"}, []string{"g:{k}", "g:{k}:p"}
+	rng := rand.New(rand.NewPCG(9, 9))
+	now := algorithms.Millis(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	floored := 0
+	for i := range 600 {
+		now += float64(rng.IntN(1500))
+		if rng.IntN(8) == 0 {
+			until := lua.Float(now + float64(rng.IntN(8000)-1000))
+			for _, k := range []string{keys[1], gkeys[1]} {
+				if err := client.Set(ctx, k, until, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		cost := int64(1 + rng.IntN(3))
+		v, err := lua.Reserve.Run(ctx, client, keys, lua.ReserveArgs(lua.Float(now), []lua.Dim{{Kind: kind, Params: p, Cost: cost}})...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gv, err := lua.ReserveGCRA.Run(ctx, client, gkeys, lua.ReserveGCRAArgs(lua.Float(now), &params, cost)...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := must(lua.ParseReserve(v, 1))
+		grep := must(lua.ParseReserveGCRA(gv, now))
+		var gdec algorithms.Decision
+		gtag := must(grep.Decide(g, cost, &gdec))
+		if gdec != algorithms.MakeDecision(rep.Allowed, rep.Wait, rep.Remaining, rep.Reset) || grep.Binding != rep.Binding || (rep.Allowed && gtag != rep.Tags[0]) {
+			t.Fatalf("step %d: ReserveGCRA gives %+v (binding %d, tag %v), Reserve %+v", i, gdec, grep.Binding, gtag, rep)
+		}
+		if rep.Binding == -1 {
+			floored++
+		}
+		if gs, rs := client.Get(ctx, gkeys[0]).Val(), client.Get(ctx, keys[0]).Val(); gs != rs {
+			t.Fatalf("step %d: ReserveGCRA stored %q, Reserve %q", i, gs, rs)
+		}
+	}
+	if floored < 20 || floored > 580 {
+		t.Fatalf("the pause bound in %d of 600 steps: the test does not exercise both cases", floored)
+	}
+}
+
+// With the server's clock, the now ParseReserveGCRA rebuilds from TIME is the
+// script's own: on a key that drains between calls (so that every new TAT
+// is now + T), the TAT Decide computes is the TAT the script stored, bit for
+// bit, call after call.
+func TestReserveGCRAServerClockNowIsTheScripts(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	ctx := context.Background()
+	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 100000, Period: time.Second, Burst: 1}, time.Second))
+	_, p := g.Params()
+	params := lua.GCRAParams(p)
+	keys := []string{"s:{k}", "s:{k}:p"}
+	prev := 0.0
+	for i := range 300 {
+		v, err := lua.ReserveGCRA.Run(ctx, client, keys, lua.ReserveGCRAArgs(lua.ServerTime, &params, 1)...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := must(lua.ParseReserveGCRA(v, math.NaN()))
+		var dec algorithms.Decision
+		tag := must(rep.Decide(g, 1, &dec))
+		stored := must(client.Get(ctx, keys[0]).Float64())
+		if !dec.Allowed || math.Float64bits(tag) != math.Float64bits(stored) {
+			t.Fatalf("call %d: Decide's TAT %s, the script stored %s (allowed %v)", i, lua.Float(tag), lua.Float(stored), dec.Allowed)
+		}
+		if rep.Now <= prev || math.Abs(rep.Now-algorithms.Millis(time.Now())) > 5000 {
+			t.Fatalf("call %d: now %s after %s: not the server's clock", i, lua.Float(rep.Now), lua.Float(prev))
+		}
+		prev = rep.Now
 	}
 }

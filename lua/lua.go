@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/algorithms"
 )
 
 var (
@@ -14,6 +15,8 @@ var (
 	lib string
 	//go:embed reserve.lua
 	reserveSrc string
+	//go:embed reserve_gcra.lua
+	reserveGCRASrc string
 	//go:embed cancel.lua
 	cancelSrc string
 	//go:embed pause.lua
@@ -24,6 +27,12 @@ var (
 	// Reserve runs one transition over one or more dimensions, all or nothing.
 	// Build its arguments with ReserveArgs and read its reply with ParseReserve.
 	Reserve = redis.NewScript(lib + reserveSrc)
+	// ReserveGCRA is Reserve for one dimension of the GCRA family (kind "g"):
+	// the same decision and the same stored state, at a fraction of Reserve's
+	// cost inside Redis. Build its arguments with ReserveGCRAArgs; read its
+	// reply with ParseReserveGCRA and turn it into the decision with
+	// GCRAReply.Decide.
+	ReserveGCRA = redis.NewScript(reserveGCRASrc)
 	// Cancel refunds GCRA reservations whose keys' schedules still end with them.
 	Cancel = redis.NewScript(lib + cancelSrc)
 	// Pause holds keys until now + d.
@@ -57,6 +66,97 @@ func ReserveArgs(now string, dims []Dim) []any {
 		args = append(args, strconv.FormatInt(d.Cost, 10))
 	}
 	return args
+}
+
+// GCRAParams returns the parameters of ReserveGCRA for a kind "g"
+// algorithm's Params: interval, tau and max_wait, formatted (and boxed) once
+// so that a caller can keep them.
+func GCRAParams(p [6]float64) [3]any { return [3]any{Float(p[0]), Float(p[1]), Float(p[2])} }
+
+// ReserveGCRAArgs returns the ARGV of ReserveGCRA: now (Float(ms), or
+// ServerTime), the parameters from GCRAParams, and the cost. The KEYS are
+// the state key and the pause key. It allocates the slice and nothing else
+// for ServerTime and costs below 256.
+func ReserveGCRAArgs(now string, params *[3]any, cost int64) []any {
+	return []any{now, params[0], params[1], params[2], cost}
+}
+
+// GCRAReply is ReserveGCRA's answer: whether it admitted, and the inputs of
+// the transition it made, exactly as Redis had them.
+type GCRAReply struct {
+	Allowed bool
+	Binding int     // 0, or -1 when the pause floor bound
+	Now     float64 // ms: the server's TIME, or the now the caller passed
+	TAT     float64 // the TAT stored before the call; algorithms.ColdTAT if none
+	Floor   float64 // the pause floor; Now if the key was not paused
+}
+
+// ParseReserveGCRA reads ReserveGCRA's reply, checking every element. now is
+// the now the caller passed (ignored, and read from the reply, when the
+// script read the server's TIME).
+func ParseReserveGCRA(v any, now float64) (GCRAReply, error) {
+	items, ok := v.([]any)
+	if !ok || len(items) != 6 {
+		return GCRAReply{}, fmt.Errorf("throttlekit: unexpected reserve reply %v", v)
+	}
+	var s [6]string
+	for i, it := range items {
+		if s[i], ok = it.(string); !ok {
+			return GCRAReply{}, fmt.Errorf("throttlekit: reserve reply element %d is %T, want a string", i, it)
+		}
+	}
+	r := GCRAReply{Allowed: s[0] == "1", Binding: 0, Now: now, TAT: algorithms.ColdTAT}
+	bad := func(err error) (GCRAReply, error) {
+		return GCRAReply{}, fmt.Errorf("throttlekit: reserve reply %q: %w", s, err)
+	}
+	if s[1] == "-1" {
+		r.Binding = -1
+	}
+	if s[2] != "" { // the server's TIME, converted as the script converted it
+		sec, err := strconv.ParseInt(s[2], 10, 64)
+		if err != nil {
+			return bad(err)
+		}
+		usec, err := strconv.ParseInt(s[3], 10, 64)
+		if err != nil {
+			return bad(err)
+		}
+		r.Now = float64(float64(sec)*1000) + float64(usec)/1000
+	}
+	r.Floor = r.Now
+	var err error
+	if s[4] != "" {
+		if r.TAT, err = strconv.ParseFloat(s[4], 64); err != nil {
+			return bad(err)
+		}
+	}
+	if s[5] != "" {
+		if r.Floor, err = strconv.ParseFloat(s[5], 64); err != nil {
+			return bad(err)
+		}
+	}
+	return r, nil
+}
+
+// Decide recomputes, with g's Go transition, the decision ReserveGCRA made
+// for cost (g being the algorithm whose parameters it was given). It writes
+// the decision to *dec and returns the TAT the script stored when it
+// admitted (the reservation's tag). The figures are Go's; the script's
+// decision must agree with them, and an error says so if it does not.
+func (r GCRAReply) Decide(g *algorithms.GCRA, cost int64, dec *algorithms.Decision) (float64, error) {
+	floor := r.Floor
+	if floor < r.Now {
+		floor = r.Now
+	}
+	next, err := g.ReserveTAT(r.TAT, r.Now, floor, cost, dec)
+	if err != nil {
+		return 0, err
+	}
+	if dec.Allowed != r.Allowed {
+		return 0, fmt.Errorf("throttlekit: Redis and Go disagree on a reservation (Redis allowed=%v at %v, TAT %v, floor %v): script and library versions differ?",
+			r.Allowed, r.Now, r.TAT, r.Floor)
+	}
+	return next, nil
 }
 
 // Reply is Reserve's answer.

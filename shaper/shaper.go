@@ -75,7 +75,8 @@ type dim struct {
 	rate     Rate
 	maxQueue time.Duration
 
-	memID uint32 // set by MemoryStore.bind
+	memID   uint32    // set by MemoryStore.bind
+	luaGCRA [2][3]any // set by RedisStore.bind: lua.GCRAParams of alg and allow
 }
 
 // New returns a shaper of one contract over store. The default algorithm is

@@ -1,0 +1,49 @@
+-- reserve_gcra: reserve.lua for one dimension of the GCRA family (the leaky
+-- bucket shaper and GCRA), which is most calls. It makes the same decision
+-- and stores the same TAT, with lib.lua's gcra.* math under all_not_before
+-- (N = 1), operation for operation; but it defines no functions, reads both
+-- keys with one MGET, and formats one number, the TAT it stores. Instead of
+-- the figures it replies with the transition's inputs, as Redis gave them:
+-- the caller recomputes the figures, bit for bit, with the same Go math
+-- (lua.GCRAReply.Decide).
+-- KEYS: the state key, the pause key.
+-- ARGV: now in ms ('' for the server's TIME), interval, tau, max_wait, cost.
+-- Reply: {allowed '1'|'0', binding '0'|'-1', TIME seconds, TIME microseconds
+--   (both '' with a client clock), stored TAT or '', pause floor or ''}.
+local now, sec, usec = nil, '', ''
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  sec, usec = t[1], t[2]
+  now = tonumber(sec) * 1000 + tonumber(usec) / 1000
+end
+local interval, tau, max_wait, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+local stored, paused = got[1] or '', got[2] or ''
+local tat = now -- max(stored, now)
+if got[1] then
+  local s = tonumber(got[1])
+  if s > now then tat = s end
+end
+local tc = interval * cost
+local at = (tat + tc) - tau
+if at < now then at = now end
+local bind = '0'
+if got[2] then
+  local not_before = tonumber(got[2])
+  if not_before > at then at, bind = not_before, '-1' end
+end
+if at - now > max_wait then
+  return {'0', bind, sec, usec, stored, paused}
+end
+local excess = tc - tau
+if excess < 0 then excess = 0 end
+local base = tat
+local v = at - excess
+if v > base then base = v end
+local next_tat = base + tc
+local ttl = math.ceil(next_tat - now) -- the time until the key is cold, as reserve.lua's status gives it
+if ttl < 1 then ttl = 1 end
+redis.call('SET', KEYS[1], string.format('%.17g', next_tat), 'PX', ttl)
+return {'1', bind, sec, usec, stored, paused}
