@@ -259,7 +259,9 @@ func (r *RedisStore) call(ctx context.Context, f func(context.Context) error) er
 }
 
 func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, error) {
-	req := &multi{dims: []*dim{d}, algs: []algorithms.Algorithm{alg}, keys: []string{key}, costs: []int64{cost}, now: now}
+	one := &single{d: [1]*dim{d}, alg: [1]algorithms.Algorithm{alg}, key: [1]string{key}, cost: [1]int64{cost}}
+	req := &one.multi
+	req.dims, req.algs, req.keys, req.costs, req.now, req.tags = one.d[:], one.alg[:], one.key[:], one.cost[:], now, one.tag[:0]
 	if err := r.reserveAll(ctx, req); err != nil {
 		return algorithms.Decision{}, 0, err
 	}
@@ -268,6 +270,17 @@ func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorit
 		tag = req.tags[0]
 	}
 	return req.dec.Decision, tag, nil
+}
+
+// single is a one-dimension request in one allocation: the multi and the
+// arrays its slices view.
+type single struct {
+	multi
+	d    [1]*dim
+	alg  [1]algorithms.Algorithm
+	key  [1]string
+	cost [1]int64
+	tag  [1]float64
 }
 
 func (r *RedisStore) reserveAll(ctx context.Context, req *multi) error {
@@ -369,7 +382,7 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, req *multi, g *algorithms.
 	}
 	req.dec = algorithms.AllDecision{Decision: dec, Binding: rep.Binding}
 	if dec.Allowed {
-		req.tags = []float64{tag}
+		req.tags = append(req.tags[:0], tag) // no allocation when req is a single
 	}
 	return nil
 }
