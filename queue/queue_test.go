@@ -29,16 +29,8 @@ func newShaper(t *testing.T, rate shaper.Rate, opts ...shaper.Option) *shaper.Sh
 }
 
 // router gives each key its own shaper: three contracts behind one Reserver.
-type router map[string]*shaper.Shaper
-
-func (r router) Reserve(ctx context.Context, key string, cost int64) (shaper.Reservation, error) {
-	return r[key].Reserve(ctx, key, cost)
-}
-func (r router) Wait(ctx context.Context, key string, cost int64) error {
-	return r[key].Wait(ctx, key, cost)
-}
-func (r router) Pause(ctx context.Context, key string, d time.Duration) error {
-	return r[key].Pause(ctx, key, d)
+func router(m map[string]shaper.Reserver) shaper.Reserver {
+	return shaper.Route(func(key string) shaper.Reserver { return m[key] })
 }
 
 // starts records when each key's jobs started.
@@ -63,11 +55,11 @@ func (s *starts) job(key string, run func()) Job {
 // together than its interval (less 5 ms of scheduling slack).
 func TestThreeKeysKeepTheirRates(t *testing.T) {
 	t.Parallel()
-	r := router{
+	r := router(map[string]shaper.Reserver{
 		"a": newShaper(t, shaper.PerSecond(20)),
 		"b": newShaper(t, shaper.PerSecond(10)),
 		"c": newShaper(t, shaper.PerSecond(5)),
-	}
+	})
 	q := New(r, WithWorkers(4))
 	st := &starts{at: map[string][]time.Time{}}
 	for range 6 {

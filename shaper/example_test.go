@@ -108,3 +108,31 @@ func ExampleParseRate() {
 	// "1000000/month"        -> 1000000/month (1000000 per 720h0m0s)
 	// throttlekit: cannot parse rate "10/fortnight": unknown unit "fortnight"; expected one of ns, us, ms, s, min, h, day, week, month
 }
+
+// Route puts several contracts behind one Reserver, here one per partner
+// host, so that one transport (or queue) paces each host at its own rate.
+func ExampleRoute() {
+	store := shaper.NewMemoryStore()
+	defer store.Close()
+	hosts := map[string]shaper.Reserver{}
+	for host, rate := range map[string]shaper.Rate{"api.maps.example": shaper.PerSecond(50), "api.mail.example": shaper.PerSecond(2)} {
+		s, err := shaper.New(store, rate, shaper.WithName(host))
+		if err != nil {
+			panic(err)
+		}
+		hosts[host] = s
+	}
+	r := shaper.Route(func(host string) shaper.Reserver { return hosts[host] })
+	// transport.New(r, transport.WithKey(func(req *http.Request) string { return req.URL.Host }))
+	for _, host := range []string{"api.maps.example", "api.mail.example"} {
+		r.Reserve(context.Background(), host, 1)
+		res, _ := r.Reserve(context.Background(), host, 1)
+		fmt.Printf("%s: second slot in %v\n", host, res.Delay.Round(time.Millisecond))
+	}
+	_, err := r.Reserve(context.Background(), "api.unknown.example", 1)
+	fmt.Println(errors.Is(err, shaper.ErrInvalidKey))
+	// Output:
+	// api.maps.example: second slot in 20ms
+	// api.mail.example: second slot in 500ms
+	// true
+}

@@ -25,32 +25,21 @@ func main() {
 	}
 }
 
-// tenants routes each tenant to its own contract.
-type tenants map[string]*shaper.Shaper
-
-func (t tenants) Reserve(ctx context.Context, key string, cost int64) (shaper.Reservation, error) {
-	return t[key].Reserve(ctx, key, cost)
-}
-func (t tenants) Wait(ctx context.Context, key string, cost int64) error {
-	return t[key].Wait(ctx, key, cost)
-}
-func (t tenants) Pause(ctx context.Context, key string, d time.Duration) error {
-	return t[key].Pause(ctx, key, d)
-}
-
 func run(w io.Writer) error {
 	store := shaper.NewMemoryStore()
 	defer store.Close()
 	rates := map[string]shaper.Rate{"acme": shaper.PerSecond(20), "globex": shaper.PerSecond(5)}
 	jobs := map[string]int{"acme": 40, "globex": 20}
-	r := tenants{}
+	tenants := map[string]shaper.Reserver{}
 	for name, rate := range rates {
 		s, err := shaper.New(store, rate, shaper.WithName(name))
 		if err != nil {
 			return err
 		}
-		r[name] = s
+		tenants[name] = s
 	}
+	// One Reserver for the queue: each tenant's key goes to its own contract.
+	r := shaper.Route(func(key string) shaper.Reserver { return tenants[key] })
 	var mu sync.Mutex
 	done := map[string]int{}
 	first, last := map[string]time.Time{}, map[string]time.Time{}

@@ -1,0 +1,64 @@
+package shaper
+
+import (
+	"context"
+	"time"
+)
+
+// Route returns a Reserver that sends each call to the Reserver that pick
+// returns for its key: keys with different contracts (a shaper per partner
+// host, per tenant tier) behind the one Reserver that a transport, a queue or
+// otel.Wrap takes. pick is called on every call, so it should be a map lookup
+// or a switch, and must be safe for concurrent use. A key it returns nil for
+// fails with a *KeyError (errors.Is ErrInvalidKey), and nothing is reserved.
+//
+// Each Reserver keeps its own budget: two keys routed to one Shaper share its
+// contract per key as that Shaper does, never across Reservers.
+func Route(pick func(key string) Reserver) Reserver {
+	return &router{pick: pick}
+}
+
+type router struct {
+	pick func(key string) Reserver
+}
+
+func (r *router) to(key string) (Reserver, error) {
+	if r.pick == nil {
+		return nil, &ConfigError{Algorithm: "route", Field: "pick", Value: nil, Reason: "must not be nil"}
+	}
+	if to := r.pick(key); to != nil {
+		return to, nil
+	}
+	shown := key
+	if len(shown) > 64 {
+		shown = shown[:64]
+	}
+	return nil, &KeyError{Key: shown, Len: len(key), Reason: "Route's pick returned no Reserver for it"}
+}
+
+// Reserve reserves on the Reserver key routes to.
+func (r *router) Reserve(ctx context.Context, key string, cost int64) (Reservation, error) {
+	to, err := r.to(key)
+	if err != nil {
+		return Reservation{}, err
+	}
+	return to.Reserve(ctx, key, cost)
+}
+
+// Wait waits on the Reserver key routes to.
+func (r *router) Wait(ctx context.Context, key string, cost int64) error {
+	to, err := r.to(key)
+	if err != nil {
+		return err
+	}
+	return to.Wait(ctx, key, cost)
+}
+
+// Pause pauses key on the Reserver it routes to.
+func (r *router) Pause(ctx context.Context, key string, d time.Duration) error {
+	to, err := r.to(key)
+	if err != nil {
+		return err
+	}
+	return to.Pause(ctx, key, d)
+}

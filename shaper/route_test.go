@@ -1,0 +1,73 @@
+package shaper
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// Keys routed to different shapers keep different contracts; an unrouted key
+// fails with a typed error on every method and reserves nothing.
+func TestRouteKeepsEachContract(t *testing.T) {
+	t.Parallel()
+	fast, store, clock := newTest(t, PerSecond(10))
+	slow, err := New(store, PerSecond(2), WithClock(clock), WithName("slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Route(func(key string) Reserver {
+		switch key {
+		case "api.fast.example":
+			return fast
+		case "api.slow.example":
+			return slow
+		}
+		return nil
+	})
+	var fastDelays, slowDelays []time.Duration
+	for range 3 {
+		a, err := r.Reserve(bg, "api.fast.example", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := r.Reserve(bg, "api.slow.example", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fastDelays, slowDelays = append(fastDelays, a.Delay), append(slowDelays, b.Delay)
+	}
+	want := func(got []time.Duration, step time.Duration) {
+		t.Helper()
+		for i, d := range got {
+			if d != time.Duration(i)*step {
+				t.Fatalf("delays %v, want multiples of %v", got, step)
+			}
+		}
+	}
+	want(fastDelays, 100*time.Millisecond)
+	want(slowDelays, 500*time.Millisecond)
+
+	if err := r.Pause(bg, "api.slow.example", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := fast.Reserve(bg, "api.fast.example", 1); err != nil || res.Delay != 300*time.Millisecond {
+		t.Fatalf("pausing the slow host touched the fast one: %v, %v", res.Delay, err)
+	}
+	before := store.Len()
+	_, errR := r.Reserve(bg, "unknown.example", 1)
+	errW := r.Wait(bg, "unknown.example", 1)
+	errP := r.Pause(bg, "unknown.example", time.Second)
+	for _, err := range []error{errR, errW, errP} {
+		var ke *KeyError
+		if !errors.As(err, &ke) || !errors.Is(err, ErrInvalidKey) || ke.Key != "unknown.example" {
+			t.Fatalf("unrouted key: %v, want a *KeyError", err)
+		}
+	}
+	if store.Len() != before {
+		t.Fatal("an unrouted key wrote to the store")
+	}
+	var ce *ConfigError
+	if _, err := Route(nil).Reserve(bg, "k", 1); !errors.As(err, &ce) {
+		t.Fatalf("Route(nil): %v, want a *ConfigError", err)
+	}
+}
