@@ -388,17 +388,23 @@ func (m *MemoryStore) room(sh *memShard, now float64, n int64) bool {
 	return fits()
 }
 
+// enter locks key's shard, records now as seen by it, and returns the shard
+// with namespace ns's space in it; the caller unlocks sh.mu.
+func (m *MemoryStore) enter(ns uint32, key string, now float64) (*memShard, *memSpace) {
+	sh := m.shard(ns, key)
+	sh.mu.Lock()
+	sh.high = max(sh.high, now)
+	return sh, m.space(sh, ns)
+}
+
 func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, error) {
 	if g, ok := alg.(*algorithms.GCRA); ok {
 		var dec algorithms.Decision
 		tag, err := m.reserveTAT(d, g, key, cost, now, &dec)
 		return dec, tag, err
 	}
-	sh := m.shard(d.memID, key)
-	sh.mu.Lock()
+	sh, sp := m.enter(d.memID, key, now)
 	defer sh.mu.Unlock()
-	sp := m.space(sh, d.memID)
-	sh.high = max(sh.high, now)
 	st, exists := sp.states[key]
 	if !exists && !m.room(sh, now, 1) {
 		return algorithms.Decision{}, 0, ErrStoreFull
@@ -422,11 +428,8 @@ func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorith
 // one store, and the decision written once, to *dec. The Shaper calls it
 // directly on its hot path. It returns the stored TAT, the reservation's tag.
 func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost int64, now float64, dec *algorithms.Decision) (float64, error) {
-	sh := m.shard(d.memID, key)
-	sh.mu.Lock()
+	sh, sp := m.enter(d.memID, key, now)
 	defer sh.mu.Unlock()
-	sp := m.space(sh, d.memID)
-	sh.high = max(sh.high, now)
 	i, exists := sp.index[key]
 	tat := algorithms.ColdTAT
 	if exists {
