@@ -454,19 +454,22 @@ func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost in
 // lockAll locks the shards of keys in index order (so that concurrent
 // multi-key transitions cannot deadlock). It returns each key's shard, and
 // the distinct shards it locked, for unlockAll.
-func (m *MemoryStore) lockAll(dims []*dim, keys []string) (perKey, locked []*memShard) {
-	idx := make([]int, len(keys))
-	perKey = make([]*memShard, len(keys))
+// perKey and locked are appended to (pass the caller's buffers, so that a
+// request of a few dimensions allocates nothing here).
+func (m *MemoryStore) lockAll(dims []*dim, keys []string, perKey, locked []*memShard) ([]*memShard, []*memShard) {
+	var buf [4]int
+	idx := buf[:0]
 	for i := range keys {
-		idx[i] = m.shardIndex(dims[i].memID, keys[i])
-		perKey[i] = &m.shards[idx[i]]
+		j := m.shardIndex(dims[i].memID, keys[i])
+		idx = append(idx, j)
+		perKey = append(perKey, &m.shards[j])
 	}
 	slices.Sort(idx)
 	idx = slices.Compact(idx)
-	locked = make([]*memShard, len(idx))
-	for i, j := range idx {
-		locked[i] = &m.shards[j]
-		locked[i].mu.Lock()
+	for _, j := range idx {
+		sh := &m.shards[j]
+		sh.mu.Lock()
+		locked = append(locked, sh)
 	}
 	return perKey, locked
 }
@@ -478,11 +481,15 @@ func unlockAll(shards []*memShard) {
 }
 
 func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
-	shards, locked := m.lockAll(req.dims, req.keys)
+	var shardBuf, lockedBuf, spaceBuf = [4]*memShard{}, [4]*memShard{}, [4]*memSpace{}
+	var dimBuf [4]algorithms.Dim
+	shards, locked := m.lockAll(req.dims, req.keys, shardBuf[:0], lockedBuf[:0])
 	defer unlockAll(locked)
 	n := len(req.dims)
-	dims := make([]algorithms.Dim, n)
-	spaces := make([]*memSpace, n)
+	dims, spaces := dimBuf[:0], spaceBuf[:0]
+	for range n {
+		dims, spaces = append(dims, algorithms.Dim{}), append(spaces, nil)
+	}
 	floor, fresh := req.now, int64(0)
 	for i, d := range req.dims {
 		sh := shards[i]
@@ -517,13 +524,13 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	if !dec.Allowed {
 		return nil
 	}
-	req.tags = make([]float64, n)
+	req.tags = req.tags[:0] // newMulti's array: no allocation up to four dimensions
 	for i := range dims {
 		// Counted by put: room may have evicted an idle key read above.
 		if spaces[i].put(req.keys[i], dims[i].State) {
 			m.keys.Add(1)
 		}
-		req.tags[i] = dims[i].State[0]
+		req.tags = append(req.tags, dims[i].State[0])
 	}
 	return nil
 }

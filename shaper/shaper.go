@@ -298,8 +298,7 @@ func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool)
 }
 
 func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow bool, now time.Time, ms float64) (outcome, error) {
-	n := len(s.dims)
-	req := &multi{now: ms, dims: make([]*dim, 0, n), algs: make([]algorithms.Algorithm, 0, n), keys: make([]string, 0, n), costs: make([]int64, 0, n)}
+	req := newMulti(len(s.dims), ms)
 	for _, d := range s.dims {
 		c, k := cost, key
 		if d.cost != nil {

@@ -33,6 +33,28 @@ type Store interface {
 }
 
 // multi is one multi-dimension transition: the inputs, then the outputs.
+// multiBuf is a request of up to four dimensions in one allocation: the
+// multi and the arrays its slices view.
+type multiBuf struct {
+	multi
+	d    [4]*dim
+	alg  [4]algorithms.Algorithm
+	key  [4]string
+	cost [4]int64
+	tag  [4]float64
+}
+
+// newMulti returns an empty request for up to n dimensions at now: one
+// allocation for n <= 4.
+func newMulti(n int, now float64) *multi {
+	if n > 4 {
+		return &multi{now: now, dims: make([]*dim, 0, n), algs: make([]algorithms.Algorithm, 0, n), keys: make([]string, 0, n), costs: make([]int64, 0, n)}
+	}
+	b := &multiBuf{}
+	b.multi = multi{now: now, dims: b.d[:0], algs: b.alg[:0], keys: b.key[:0], costs: b.cost[:0], tags: b.tag[:0]}
+	return &b.multi
+}
+
 type multi struct {
 	dims  []*dim
 	algs  []algorithms.Algorithm
