@@ -14,6 +14,15 @@
 // key's state is stored as its numbers separated by spaces, with a TTL after
 // which the state is equivalent to a cold key.
 //
-// This package knows nothing of the algorithms' Go types: package shaper
-// passes each algorithm's kind and parameters (algorithms.Algorithm.Params).
+// reserve_gcra.lua (ReserveGCRA) serves the common case, one dimension of
+// the GCRA family (the leaky bucket shaper and GCRA), without lib.lua: the
+// same decision and stored state as reserve.lua at a fraction of its cost.
+// It replies with its transition's inputs as Redis had them, and
+// GCRAReply.Decide recomputes the figures with algorithms.(*GCRA).ReserveTAT;
+// the conformance test runs it beside reserve.lua on every GCRA-family
+// configuration.
+//
+// Apart from GCRAReply.Decide, this package knows nothing of the algorithms'
+// Go types: package shaper passes each algorithm's kind and parameters
+// (algorithms.Algorithm.Params).
 package lua
