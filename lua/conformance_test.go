@@ -264,7 +264,7 @@ func TestReserveGCRAMatchesReserveUnderPauses(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	ctx := context.Background()
-	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 70, Period: 3 * time.Second, Burst: 2}, 10*time.Second))
+	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 7, Period: 3 * time.Second, Burst: 2}, 10*time.Second)) // TTLs of 0.4 s and more
 	kind, p := g.Params()
 	params := lua.GCRAParams(p)
 	keys, gkeys := []string{"r:{k}", "r:{k}:p"}, []string{"g:{k}", "g:{k}:p"}
@@ -272,9 +272,9 @@ func TestReserveGCRAMatchesReserveUnderPauses(t *testing.T) {
 	now := algorithms.Millis(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	floored := 0
 	for i := range 600 {
-		now += float64(rng.IntN(1500))
+		now += float64(rng.IntN(15000))
 		if rng.IntN(8) == 0 {
-			until := lua.Float(now + float64(rng.IntN(8000)-1000))
+			until := lua.Float(now + float64(rng.IntN(80000)-10000))
 			for _, k := range []string{keys[1], gkeys[1]} {
 				if err := client.Set(ctx, k, until, time.Minute).Err(); err != nil {
 					t.Fatal(err)
@@ -304,25 +304,28 @@ func TestReserveGCRAMatchesReserveUnderPauses(t *testing.T) {
 			t.Fatalf("step %d: ReserveGCRA stored %q, Reserve %q", i, gs, rs)
 		}
 	}
+	t.Logf("the pause bound in %d of 600 steps", floored)
 	if floored < 20 || floored > 580 {
 		t.Fatalf("the pause bound in %d of 600 steps: the test does not exercise both cases", floored)
 	}
 }
 
 // With the server's clock, the now ParseReserveGCRA rebuilds from TIME is the
-// script's own: on a key that drains between calls (so that every new TAT
-// is now + T), the TAT Decide computes is the TAT the script stored, bit for
-// bit, call after call.
+// script's own: on a cold key every new TAT is now + T, and the TAT Decide
+// computes is the TAT the script stored, bit for bit, call after call. (Each
+// call takes a key of its own at 1/s, so that the state lives a second: a
+// key that drains between calls would expire as fast, and a GET could miss
+// it on a loaded machine.)
 func TestReserveGCRAServerClockNowIsTheScripts(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	ctx := context.Background()
-	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 100000, Period: time.Second, Burst: 1}, time.Second))
+	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 1, Period: time.Second, Burst: 1}, time.Second))
 	_, p := g.Params()
 	params := lua.GCRAParams(p)
-	keys := []string{"s:{k}", "s:{k}:p"}
 	prev := 0.0
 	for i := range 300 {
+		keys := []string{fmt.Sprintf("s:{%d}", i), fmt.Sprintf("s:{%d}:p", i)}
 		v, err := lua.ReserveGCRA.Run(ctx, client, keys, lua.ReserveGCRAArgs(lua.ServerTime, &params, 1)...).Result()
 		if err != nil {
 			t.Fatal(err)
