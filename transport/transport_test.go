@@ -106,8 +106,15 @@ func TestConcurrentRequestsArrivePaced(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if p.rejected != 0 {
-		t.Fatalf("the partner rejected %d of 100 paced requests", p.rejected)
+	// The slots are exactly 20 ms apart; the partner rejects an arrival that
+	// follows one more than 10 ms late (docs/SHAPER.md, "Slots and
+	// departures"). Under -race on two loaded cores a goroutine can wake that
+	// late, rarely: allow two. Unshaped, nearly all 100 would be rejected.
+	if p.rejected > 2 {
+		t.Fatalf("the partner rejected %d of 100 paced requests, want at most 2", p.rejected)
+	}
+	if p.rejected > 0 {
+		t.Logf("the partner rejected %d of 100 (wake-up lateness over 10 ms)", p.rejected)
 	}
 	slices.SortFunc(p.arrivals, func(a, b time.Time) int { return a.Compare(b) })
 	gaps := make([]time.Duration, 0, 99)
