@@ -125,8 +125,8 @@ func TestConcurrentRequestsArrivePaced(t *testing.T) {
 	if med := gaps[len(gaps)/2]; med < 19*time.Millisecond || med > 22*time.Millisecond {
 		t.Fatalf("median gap at the server %v, want about 20ms", med)
 	}
-	if gaps[0] < 10*time.Millisecond {
-		t.Fatalf("smallest gap at the server %v, want at least 20ms less the tolerance", gaps[0])
+	if gaps[2] < 10*time.Millisecond { // the two late arrivals allowed above make the two smallest gaps
+		t.Fatalf("third smallest gap at the server %v, want at least 20ms less the tolerance", gaps[2])
 	}
 	// 1.98 s by schedule; a late first departure under load shortens the
 	// span, so >= 1.8 s (unshaped, it would be a few milliseconds).
