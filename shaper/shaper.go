@@ -53,9 +53,9 @@ type Shaper struct {
 	// The hot path: one dimension of the GCRA family on a MemoryStore is
 	// served by concrete calls (mem.reserveTAT), with no interface dispatch
 	// and the decision written once.
-	mem             *MemoryStore
-	gcra, gcraAllow *algorithms.GCRA
-	single          bool // one dimension, no Key or Cost mapping
+	mem       *MemoryStore
+	gcraAllow *algorithms.GCRA // dims[0].allow as a *GCRA (dims[0].gcra is the main one)
+	single    bool             // one dimension, no Key or Cost mapping
 }
 
 var _ Reserver = (*Shaper)(nil)
@@ -158,7 +158,7 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 	}
 	s.single = len(s.dims) == 1 && s.dims[0].key == nil && s.dims[0].cost == nil
 	if m, ok := store.(*MemoryStore); ok && s.single && s.dims[0].gcra != nil {
-		s.mem, s.gcra = m, s.dims[0].gcra
+		s.mem = m
 		s.gcraAllow, _ = s.dims[0].allow.(*algorithms.GCRA)
 	}
 	return s, nil
@@ -241,42 +241,44 @@ func (s *Shaper) check(ctx context.Context, key string, cost int64) (time.Time, 
 	return s.cfg.clock.Now(), nil
 }
 
-// one runs one transition on the single-key fast path; allow chooses the
-// non-waiting transition. It never sleeps.
-func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool) (time.Time, algorithms.Decision, float64, error) {
+// one runs one transition on the single-key fast path, writing the decision
+// to *dec (the caller's stack: a Decision is not copied through the calls);
+// allow chooses the non-waiting transition. It never sleeps.
+func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool, dec *algorithms.Decision) (time.Time, float64, error) {
 	now, err := s.check(ctx, key, cost)
 	if err != nil {
-		return now, algorithms.Decision{}, 0, err
+		return now, 0, err
 	}
+	ms := algorithms.Millis(now)
+	if !tracing.Load() { // programs that never trace: no timer, no context lookup
+		tag, err := s.reserveOne(ctx, allow, key, cost, ms, dec)
+		return now, tag, err
+	}
+	st := startStore(ctx)
+	tag, err := s.reserveOne(ctx, allow, key, cost, ms, dec)
+	st.done("reserve", err)
+	return now, tag, err
+}
+
+// reserveOne is one's store call. On a MemoryStore the GCRA family goes
+// through concrete calls (mem.reserveTAT); every other store through the
+// Store interface.
+func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms float64, dec *algorithms.Decision) (float64, error) {
 	d := s.dims[0]
+	if s.mem != nil {
+		g := d.gcra
+		if allow {
+			g = s.gcraAllow
+		}
+		return s.mem.reserveTAT(d, g, key, cost, ms, dec)
+	}
 	alg := d.alg
 	if allow {
 		alg = d.allow
 	}
-	if s.mem != nil {
-		var dec algorithms.Decision
-		tag, err := s.reserveMem(ctx, key, cost, allow, now, &dec)
-		return now, dec, tag, err
-	}
-	st := startStore(ctx)
-	dec, tag, err := s.store.reserve(ctx, d, alg, key, cost, algorithms.Millis(now))
-	st.done("reserve", err)
-	return now, dec, tag, err
-}
-
-// reserveMem is one's transition on a MemoryStore for the GCRA family,
-// writing the decision to *dec.
-func (s *Shaper) reserveMem(ctx context.Context, key string, cost int64, allow bool, now time.Time, dec *algorithms.Decision) (float64, error) {
-	g := s.gcra
-	if allow {
-		g = s.gcraAllow
-	}
-	if !tracing.Load() {
-		return s.mem.reserveTAT(s.dims[0], g, key, cost, algorithms.Millis(now), dec)
-	}
-	st := startStore(ctx)
-	tag, err := s.mem.reserveTAT(s.dims[0], g, key, cost, algorithms.Millis(now), dec)
-	st.done("reserve", err)
+	var tag float64
+	var err error
+	*dec, tag, err = s.store.reserve(ctx, d, alg, key, cost, ms)
 	return tag, err
 }
 
@@ -284,7 +286,8 @@ func (s *Shaper) reserveMem(ctx context.Context, key string, cost int64, allow b
 // path. It never sleeps.
 func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool) (outcome, error) {
 	if s.simple() {
-		now, dec, tag, err := s.one(ctx, key, cost, allow)
+		var dec algorithms.Decision
+		now, tag, err := s.one(ctx, key, cost, allow, &dec)
 		if err != nil || !dec.Allowed {
 			return outcome{now: now, dec: dec}, err
 		}
@@ -380,23 +383,9 @@ func (s *Shaper) queueFull(key string, retryAfter time.Duration, binding string)
 //
 // A ctx that is already done returns ctx.Err() and consumes nothing.
 func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservation, error) {
-	if s.mem != nil { // the hottest path: nothing copied twice
-		now, err := s.check(ctx, key, cost)
-		if err != nil {
-			return Reservation{}, err
-		}
+	if s.simple() { // the hot path: the decision written once, the Reservation built in place
 		var dec algorithms.Decision
-		tag, err := s.reserveMem(ctx, key, cost, false, now, &dec)
-		if err != nil {
-			return Reservation{}, err
-		}
-		if !dec.Allowed {
-			return Reservation{}, s.queueFull(key, dec.RetryAfter, "")
-		}
-		return Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag}, nil
-	}
-	if s.simple() { // the hot path: build the Reservation once, in place
-		now, dec, tag, err := s.one(ctx, key, cost, false)
+		now, tag, err := s.one(ctx, key, cost, false, &dec)
 		if err != nil {
 			return Reservation{}, err
 		}
@@ -419,7 +408,8 @@ func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservati
 // so. It never waits and never queues, whatever the algorithm.
 func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error) {
 	if s.simple() {
-		_, dec, _, err := s.one(ctx, key, cost, true)
+		var dec algorithms.Decision
+		_, _, err := s.one(ctx, key, cost, true, &dec)
 		return dec.Allowed && err == nil, err
 	}
 	o, err := s.decide(ctx, key, cost, true)
