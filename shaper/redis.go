@@ -259,9 +259,8 @@ func (r *RedisStore) call(ctx context.Context, f func(context.Context) error) er
 }
 
 func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, error) {
-	one := &single{d: [1]*dim{d}, alg: [1]algorithms.Algorithm{alg}, key: [1]string{key}, cost: [1]int64{cost}}
-	req := &one.multi
-	req.dims, req.algs, req.keys, req.costs, req.now, req.tags = one.d[:], one.alg[:], one.key[:], one.cost[:], now, one.tag[:0]
+	req := newMulti(1, now)
+	req.dims, req.algs, req.keys, req.costs = append(req.dims, d), append(req.algs, alg), append(req.keys, key), append(req.costs, cost)
 	if err := r.reserveAll(ctx, req); err != nil {
 		return algorithms.Decision{}, 0, err
 	}
@@ -270,17 +269,6 @@ func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorit
 		tag = req.tags[0]
 	}
 	return req.dec.Decision, tag, nil
-}
-
-// single is a one-dimension request in one allocation: the multi and the
-// arrays its slices view.
-type single struct {
-	multi
-	d    [1]*dim
-	alg  [1]algorithms.Algorithm
-	key  [1]string
-	cost [1]int64
-	tag  [1]float64
 }
 
 func (r *RedisStore) reserveAll(ctx context.Context, req *multi) error {
@@ -382,7 +370,7 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, req *multi, g *algorithms.
 	}
 	req.dec = algorithms.AllDecision{Decision: dec, Binding: rep.Binding}
 	if dec.Allowed {
-		req.tags = append(req.tags[:0], tag) // no allocation when req is a single
+		req.tags = append(req.tags[:0], tag) // newMulti's array: no allocation
 	}
 	return nil
 }
