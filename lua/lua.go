@@ -105,7 +105,7 @@ func ParseReserveGCRA(v any, now float64) (GCRAReply, error) {
 			return GCRAReply{}, fmt.Errorf("throttlekit: reserve reply element %d is %T, want a string", i, it)
 		}
 	}
-	r := GCRAReply{Allowed: s[0] == "1", Binding: 0, Now: now, TAT: algorithms.ColdTAT}
+	r := GCRAReply{Allowed: s[0] == "1", Now: now, TAT: algorithms.ColdTAT}
 	bad := func(err error) (GCRAReply, error) {
 		return GCRAReply{}, fmt.Errorf("throttlekit: reserve reply %q: %w", s, err)
 	}
@@ -144,11 +144,7 @@ func ParseReserveGCRA(v any, now float64) (GCRAReply, error) {
 // admitted (the reservation's tag). The figures are Go's; the script's
 // decision must agree with them, and an error says so if it does not.
 func (r GCRAReply) Decide(g *algorithms.GCRA, cost int64, dec *algorithms.Decision) (float64, error) {
-	floor := r.Floor
-	if floor < r.Now {
-		floor = r.Now
-	}
-	next, err := g.ReserveTAT(r.TAT, r.Now, floor, cost, dec)
+	next, err := g.ReserveTAT(r.TAT, r.Now, r.Floor, cost, dec) // a floor before now changes nothing
 	if err != nil {
 		return 0, err
 	}
