@@ -200,24 +200,35 @@ func StartCluster(t testing.TB) *Cluster {
 func StartClusterWithReplicas(t testing.TB) *Cluster {
 	t.Helper()
 	c := startCluster(t, 1)
-	deadline := time.Now().Add(30 * time.Second)
+	c.waitEveryNode(t, 30*time.Second, "did not finish replication setup", func(ctx context.Context, client *redis.Client) (string, bool, error) {
+		info, err := client.Info(ctx, "replication").Result()
+		return info, strings.Contains(info, "role:master") && strings.Contains(info, "connected_slaves:1") ||
+			strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up"), err
+	})
+	return c
+}
+
+// waitEveryNode polls each node with check every 50 ms until it reports ok,
+// and fails t (saying what went wrong, with check's last answer) if the
+// nodes are not all ok within d.
+func (c *Cluster) waitEveryNode(t testing.TB, d time.Duration, what string, check func(context.Context, *redis.Client) (string, bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for _, n := range c.Nodes {
 		client := redis.NewClient(&redis.Options{Addr: n.Addr()})
 		for {
-			info, err := client.Info(context.Background(), "replication").Result()
-			if err == nil && (strings.Contains(info, "role:master") && strings.Contains(info, "connected_slaves:1") ||
-				strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up")) {
+			info, ok, err := check(context.Background(), client)
+			if err == nil && ok {
 				break
 			}
 			if time.Now().After(deadline) {
 				_ = client.Close()
-				t.Fatalf("redistest: cluster node %s did not finish replication setup: %v %q", n.Addr(), err, info)
+				t.Fatalf("redistest: cluster node %s %s within %v: %v %q", n.Addr(), what, d, err, info)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		_ = client.Close()
 	}
-	return c
 }
 
 func startCluster(t testing.TB, replicas int) *Cluster {
@@ -232,22 +243,10 @@ func startCluster(t testing.TB, replicas int) *Cluster {
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for _, n := range c.Nodes {
-		client := redis.NewClient(&redis.Options{Addr: n.Addr()})
-		for {
-			info, err := client.ClusterInfo(context.Background()).Result()
-			if err == nil && clusterOK(info) {
-				break
-			}
-			if time.Now().After(deadline) {
-				_ = client.Close()
-				t.Fatalf("redistest: cluster node %s not ok after 20 s: %v %q", n.Addr(), err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		_ = client.Close()
-	}
+	c.waitEveryNode(t, 20*time.Second, "not ok", func(ctx context.Context, client *redis.Client) (string, bool, error) {
+		info, err := client.ClusterInfo(ctx).Result()
+		return info, clusterOK(info), err
+	})
 	return c
 }
 
