@@ -56,13 +56,16 @@ type Algorithm interface {
 	// instead of refusing. It is zero for every algorithm except the leaky
 	// bucket shaper.
 	MaxWait() float64
-	// Earliest returns the earliest instant >= now at which a request of cost
-	// conforms, given st. It does not modify st.
-	Earliest(st State, now float64, cost int64) float64
-	// Commit records a request of cost that was admitted at now and departs at
-	// at (now <= at <= now+MaxWait()). It returns the new state, which may
-	// share st's backing array.
-	Commit(st State, now, at float64, cost int64) State
+	// Delay returns how long after now, in milliseconds (>= 0), a request of
+	// cost first conforms, given st. It does not modify st. Decisions are made
+	// on delays relative to now, never on absolute instants, so that a cold
+	// key gives the same delay at every now: a cost that ValidateCost accepts
+	// is admitted on a cold key, always, and one it refuses never is.
+	Delay(st State, now float64, cost int64) float64
+	// Commit records a request of cost that was admitted at now and departs
+	// delay ms later (0 <= delay <= MaxWait()). It returns the new state,
+	// which may share st's backing array.
+	Commit(st State, now, delay float64, cost int64) State
 	// Status reports, for st at now, how many units could be admitted at once
 	// and after how many milliseconds st becomes equivalent to a cold key.
 	Status(st State, now float64) (remaining, resetAfter float64)
@@ -101,16 +104,15 @@ func ReserveNotBefore(a Algorithm, st State, now, notBefore float64, cost int64)
 	if !finite(now) || !finite(notBefore) {
 		return st, Decision{}, ErrInvalidTime
 	}
-	at := a.Earliest(st, now, cost)
-	if notBefore > at {
-		at = notBefore
+	wait := a.Delay(st, now, cost)
+	if floor := notBefore - now; floor > wait {
+		wait = floor
 	}
-	wait := at - now
 	if maxWait := a.MaxWait(); wait > maxWait {
 		rem, reset := a.Status(st, now)
 		return st, MakeDecision(false, wait-maxWait, rem, reset), nil
 	}
-	st = a.Commit(st, now, at, cost)
+	st = a.Commit(st, now, wait, cost)
 	rem, reset := a.Status(st, now)
 	return st, MakeDecision(true, wait, rem, reset), nil
 }

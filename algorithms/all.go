@@ -51,26 +51,26 @@ func AllNotBefore(dims []Dim, now, notBefore float64) (AllDecision, error) {
 		}
 		maxWait = min(maxWait, dims[i].Alg.MaxWait())
 	}
-	at, binding := now, 0
+	wait, binding := 0.0, 0
 	for i := range dims {
-		if t := dims[i].Alg.Earliest(dims[i].State, now, dims[i].Cost); t > at {
-			at, binding = t, i
+		if w := dims[i].Alg.Delay(dims[i].State, now, dims[i].Cost); w > wait {
+			wait, binding = w, i
 		}
 	}
-	floor := notBefore > at
-	if floor {
-		at = notBefore
+	floored := notBefore-now > wait
+	if floored {
+		wait = notBefore - now
 	}
 	b := &dims[binding]
-	if wait := at - now; wait > maxWait {
+	if wait > maxWait {
 		rem, reset := b.Alg.Status(b.State, now)
-		return AllDecision{MakeDecision(false, wait-maxWait, rem, reset), bindingOr(floor, binding)}, nil
+		return AllDecision{MakeDecision(false, wait-maxWait, rem, reset), bindingOr(floored, binding)}, nil
 	}
 	for i := range dims {
-		dims[i].State = dims[i].Alg.Commit(dims[i].State, now, at, dims[i].Cost)
+		dims[i].State = dims[i].Alg.Commit(dims[i].State, now, wait, dims[i].Cost)
 	}
 	rem, reset := b.Alg.Status(b.State, now)
-	return AllDecision{MakeDecision(true, at-now, rem, reset), bindingOr(floor, binding)}, nil
+	return AllDecision{MakeDecision(true, wait, rem, reset), bindingOr(floored, binding)}, nil
 }
 
 func bindingOr(floor bool, binding int) int {

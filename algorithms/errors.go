@@ -64,3 +64,26 @@ func checkCost(alg string, cost int64, limit float64, what string) error {
 	}
 	return nil
 }
+
+// largest returns the largest cost in [0, 2^53] that ok accepts, for a
+// predicate that accepts a prefix of the costs (every cost up to some bound):
+// a binary search, exact where a division would round.
+func largest(ok func(int64) bool) int64 {
+	lo, hi := int64(0), int64(maxExactCost)
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if ok(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// MaxCost returns the largest cost a accepts (see Algorithm.ValidateCost): the
+// largest request that is ever admitted. It is exact: MaxCost(a) passes
+// ValidateCost and MaxCost(a)+1 does not.
+func MaxCost(a Algorithm) int64 {
+	return largest(func(c int64) bool { return c >= 1 && a.ValidateCost(c) == nil })
+}

@@ -49,17 +49,17 @@ func (w *FixedWindow) current(st State, now float64) (start, count float64) {
 	return st[0], st[1]
 }
 
-// Earliest returns now if cost fits in the current window, else the start of the next one.
-func (w *FixedWindow) Earliest(st State, now float64, cost int64) float64 {
+// Delay returns 0 if cost fits in the current window, else the time until the next one starts.
+func (w *FixedWindow) Delay(st State, now float64, cost int64) float64 {
 	start, count := w.current(st, now)
 	if count+float64(cost) <= w.limit {
-		return now
+		return 0
 	}
-	return start + w.window
+	return (start + w.window) - now
 }
 
 // Commit adds cost to the current window.
-func (w *FixedWindow) Commit(st State, now, at float64, cost int64) State {
+func (w *FixedWindow) Commit(st State, now, _ float64, cost int64) State {
 	start, count := w.current(st, now)
 	return set2(st, start, count+float64(cost))
 }

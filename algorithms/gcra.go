@@ -9,17 +9,23 @@ import (
 // GCRA is the generic cell rate algorithm and its waiting form, the leaky
 // bucket shaper. Both keep one number per key, the theoretical arrival time
 // (TAT) of the next unit. With interval T = Period/Count and tolerance
-// tau = T*Burst, a request of cost c at now computes
+// tau = T*Burst, a request of cost c at now computes, relative to now,
 //
-//	tat     = max(stored, now)
-//	next    = tat + T*c
-//	allowAt = next - tau
-//	delay   = max(0, allowAt - now)
+//	ahead = max(stored - now, 0)
+//	delay = max(0, (ahead + T*c) - tau)
+//	next  = now + (max(ahead, delay - max(0, T*c - tau)) + T*c)
 //
 // GCRA ([NewGCRA]) admits only when delay is 0. The leaky bucket shaper
 // ([NewLeakyBucket]) admits when delay <= MaxQueue and tells the caller to
 // depart after delay; beyond MaxQueue it refuses and writes nothing. Admitted
 // requests store next.
+//
+// The decision is made on delays, not on absolute instants, so that on a cold
+// key (ahead = 0) the delay is T*c - tau at every now. That makes
+// admissibility one exact rule, the same in Go and Lua and independent of the
+// clock: a cost c is admissible when c >= 1 and T*c - tau <= MaxQueue (0 for
+// GCRA), computed in float64 exactly so. An admissible cost is admitted on a
+// cold key, always; an inadmissible one never is (see [GCRA.ValidateCost]).
 //
 // Over any window of length W the admitted cost is at most W/T + Burst when
 // every cost is at most Burst. The shaper also accepts costs above Burst (up to
@@ -33,7 +39,7 @@ type GCRA struct {
 	interval float64 // T, ms per unit
 	tau      float64 // T*Burst, ms
 	maxWait  float64 // ms; 0 for GCRA
-	maxCost  float64
+	maxCost  int64   // the largest admissible cost (see admissible)
 }
 
 // NewGCRA returns the deny-mode GCRA for r.
@@ -58,12 +64,15 @@ func newGCRA(name string, r Rate, maxQueue time.Duration) (*GCRA, error) {
 		return nil, err
 	}
 	g := &GCRA{name: name, interval: t, tau: float64(t * b), maxWait: DurationMillis(maxQueue)}
-	g.maxCost = b
-	if g.maxWait > 0 {
-		// The largest c whose delay on a cold key, T*c - tau, fits in MaxQueue.
-		g.maxCost = (g.maxWait + g.tau) / t
-	}
+	g.maxCost = largest(g.admissible)
 	return g, nil
+}
+
+// admissible is the exact admissibility rule: the delay of cost on a cold
+// key, T*c - tau, fits in MaxWait. It is the very expression the transition
+// evaluates on a cold key ((0 + T*c) - tau), so the two cannot disagree.
+func (g *GCRA) admissible(cost int64) bool {
+	return cost >= 1 && cost <= maxExactCost && float64(g.interval*float64(cost))-g.tau <= g.maxWait
 }
 
 // Name returns "gcra" or "leaky-bucket".
@@ -79,51 +88,67 @@ func (g *GCRA) Tolerance() float64 { return g.tau }
 func (g *GCRA) MaxWait() float64 { return g.maxWait }
 
 // ValidateCost refuses costs below 1 and costs that could never be admitted:
-// above Burst for GCRA, or whose delay on a cold key would exceed MaxQueue for
-// the shaper.
+// those whose delay on a cold key, T*c - tau, exceeds MaxQueue (for GCRA,
+// whose MaxQueue is 0: costs above Burst).
 func (g *GCRA) ValidateCost(cost int64) error {
-	if cost >= 1 && float64(cost) <= g.maxCost {
+	if g.admissible(cost) {
 		return nil // the common case, without building an error message
 	}
 	what := "the burst"
 	if g.maxWait > 0 {
 		what = fmt.Sprintf("the most that fits in MaxQueue %v", Duration(g.maxWait))
 	}
-	return checkCost(g.name, cost, g.maxCost, what)
+	return checkCost(g.name, cost, float64(g.maxCost), what)
 }
 
-// Earliest returns allowAt, or now if that has passed.
-func (g *GCRA) Earliest(st State, now float64, cost int64) float64 {
-	tat := now
-	if len(st) > 0 && st[0] > now {
-		tat = st[0]
+// ahead returns how far the TAT lies after now (0 when it has passed).
+func ahead(tat, now float64) float64 {
+	if tat > now {
+		return tat - now
 	}
-	allowAt := (tat + float64(g.interval*float64(cost))) - g.tau
-	if allowAt < now {
-		return now
-	}
-	return allowAt
+	return 0
 }
 
-// Commit stores the new TAT. When the request departs later than it needed to
-// (at > Earliest, because another dimension of a multi-dimension limit binds),
-// the TAT is computed as if the request had arrived as late as possible while
-// still departing at at, so that departures stay at least T*c apart on this
-// key as well.
-func (g *GCRA) Commit(st State, now, at float64, cost int64) State {
-	tc := float64(g.interval * float64(cost))
-	base := now
-	if len(st) > 0 && st[0] > base {
-		base = st[0]
+// delay is the transition's delay for a key ahead ms behind and tc = T*c.
+func (g *GCRA) delay(ahead, tc float64) float64 {
+	if w := (ahead + tc) - g.tau; w > 0 {
+		return w
 	}
+	return 0
+}
+
+// next is the TAT to store for a request departing delay ms after now. When
+// the request departs later than it needed to (another dimension of a
+// multi-dimension limit binds, or a pause), the TAT is computed as if it had
+// arrived as late as possible while still departing then, so that departures
+// stay at least T*c apart on this key as well.
+func (g *GCRA) next(ahead, now, delay, tc float64) float64 {
 	excess := tc - g.tau
 	if excess < 0 {
 		excess = 0
 	}
-	if v := at - excess; v > base {
+	base := ahead
+	if v := delay - excess; v > base {
 		base = v
 	}
-	return set1(st, base+tc)
+	return now + (base + tc)
+}
+
+func tatOf(st State) float64 {
+	if len(st) > 0 {
+		return st[0]
+	}
+	return ColdTAT
+}
+
+// Delay returns the time until the request conforms.
+func (g *GCRA) Delay(st State, now float64, cost int64) float64 {
+	return g.delay(ahead(tatOf(st), now), float64(g.interval*float64(cost)))
+}
+
+// Commit stores the new TAT (see next).
+func (g *GCRA) Commit(st State, now, delay float64, cost int64) State {
+	return set1(st, g.next(ahead(tatOf(st), now), now, delay, float64(g.interval*float64(cost))))
 }
 
 // Params returns "g": interval, tolerance, MaxWait.
@@ -131,11 +156,7 @@ func (g *GCRA) Params() (string, [6]float64) { return "g", [6]float64{g.interval
 
 // Status returns the units admissible at once and the time until the TAT passes.
 func (g *GCRA) Status(st State, now float64) (remaining, resetAfter float64) {
-	tat := now
-	if len(st) > 0 && st[0] > now {
-		tat = st[0]
-	}
-	return ((now + g.tau) - tat) / g.interval, tat - now
+	return g.StatusTAT(tatOf(st), now)
 }
 
 // Cancel refunds a reservation of cost whose commit stored tat, if and only if
@@ -172,7 +193,7 @@ var ColdTAT = math.Inf(-1)
 // key). It writes the decision to *dec (so that a hot path copies it once)
 // and returns the TAT to store, which is tat itself when refused.
 func (g *GCRA) ReserveTAT(tat, now, notBefore float64, cost int64, dec *Decision) (float64, error) {
-	if cost < 1 || float64(cost) > g.maxCost {
+	if !g.admissible(cost) {
 		*dec = Decision{}
 		return tat, g.ValidateCost(cost)
 	}
@@ -180,33 +201,18 @@ func (g *GCRA) ReserveTAT(tat, now, notBefore float64, cost int64, dec *Decision
 		*dec = Decision{}
 		return tat, ErrInvalidTime
 	}
-	from := now // max(stored, now), as Earliest and Commit compute it
-	if tat > now {
-		from = tat
-	}
+	a := ahead(tat, now)
 	tc := float64(g.interval * float64(cost))
-	at := (from + tc) - g.tau
-	if at < now {
-		at = now
+	wait := g.delay(a, tc)
+	if floor := notBefore - now; floor > wait {
+		wait = floor
 	}
-	if notBefore > at {
-		at = notBefore
-	}
-	wait := at - now
 	if wait > g.maxWait {
 		rem, reset := g.StatusTAT(tat, now)
 		*dec = MakeDecision(false, wait-g.maxWait, rem, reset)
 		return tat, nil
 	}
-	excess := tc - g.tau
-	if excess < 0 {
-		excess = 0
-	}
-	base := from
-	if v := at - excess; v > base {
-		base = v
-	}
-	next := base + tc
+	next := g.next(a, now, wait, tc)
 	rem, reset := g.StatusTAT(next, now)
 	dec.Allowed, dec.Delay, dec.Remaining, dec.RetryAfter, dec.ResetAfter = true, Duration(wait), units(rem), 0, Duration(reset)
 	dec.raw = [3]float64{wait, rem, reset}

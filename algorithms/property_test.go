@@ -49,9 +49,9 @@ func simulate(s subject, events []event) ([]timedDeparture, bool, error) {
 			monotone = false
 		}
 		before := slices.Clone(st)
-		at := s.alg.Earliest(st, reading, e.cost)
-		if !finite(at) || at < reading {
-			return nil, false, fmt.Errorf("event %d: Earliest = %v at now %v", i, at, reading)
+		w := s.alg.Delay(st, reading, e.cost)
+		if !finite(w) || w < 0 {
+			return nil, false, fmt.Errorf("event %d: Delay = %v at now %v", i, w, reading)
 		}
 		next, d, err := Reserve(s.alg, st, reading, e.cost)
 		if err != nil {
@@ -73,7 +73,7 @@ func simulate(s subject, events []event) ([]timedDeparture, bool, error) {
 			if !sameState(before, next) {
 				return nil, false, fmt.Errorf("event %d: denial changed state %v -> %v", i, before, next)
 			}
-			if d.Delay != 0 || d.RetryAfter == 0 && s.alg.MaxWait() == 0 && at > reading {
+			if d.Delay != 0 || d.RetryAfter == 0 && s.alg.MaxWait() == 0 && w > 0 {
 				return nil, false, fmt.Errorf("event %d: denial %+v", i, d)
 			}
 			continue
@@ -81,8 +81,7 @@ func simulate(s subject, events []event) ([]timedDeparture, bool, error) {
 		if DurationMillis(d.Delay) > s.alg.MaxWait()+1e-6 {
 			return nil, false, fmt.Errorf("event %d: delay %v beyond MaxWait %v", i, d.Delay, s.alg.MaxWait())
 		}
-		delay := at - reading
-		deps = append(deps, timedDeparture{real + delay, reading + delay, float64(e.cost)})
+		deps = append(deps, timedDeparture{real + w, reading + w, float64(e.cost)})
 		st = next
 	}
 	return deps, monotone, nil

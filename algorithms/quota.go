@@ -166,22 +166,22 @@ func (q *Quota) current(st State, now float64) (start, used, end float64) {
 	return start, 0, end
 }
 
-// Earliest returns now if cost fits in the current period, else its end.
-func (q *Quota) Earliest(st State, now float64, cost int64) float64 {
+// Delay returns 0 if cost fits in the current period, else the time until it ends.
+func (q *Quota) Delay(st State, now float64, cost int64) float64 {
 	if q.rolling != nil {
-		return q.rolling.Earliest(st, now, cost)
+		return q.rolling.Delay(st, now, cost)
 	}
 	_, used, end := q.current(st, now)
 	if used+float64(cost) <= q.limit {
-		return now
+		return 0
 	}
-	return end
+	return end - now
 }
 
 // Commit adds cost to the current period.
-func (q *Quota) Commit(st State, now, at float64, cost int64) State {
+func (q *Quota) Commit(st State, now, delay float64, cost int64) State {
 	if q.rolling != nil {
-		return q.rolling.Commit(st, now, at, cost)
+		return q.rolling.Commit(st, now, delay, cost)
 	}
 	start, used, end := q.current(st, now)
 	if cap(st) < 3 {

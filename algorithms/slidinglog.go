@@ -1,6 +1,9 @@
 package algorithms
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // SlidingLog admits up to Limit units in any window of length Window, exactly:
 // it keeps the time and cost of every admitted request still inside the
@@ -54,24 +57,25 @@ func (l *SlidingLog) live(st State, now float64) (first int, used float64) {
 	return first, used
 }
 
-// Earliest returns now if cost fits, else the expiry of the entry that frees enough.
-func (l *SlidingLog) Earliest(st State, now float64, cost int64) float64 {
+// Delay returns 0 if cost fits, else the time until the expiry of the entry
+// that frees enough.
+func (l *SlidingLog) Delay(st State, now float64, cost int64) float64 {
 	first, used := l.live(st, now)
 	c := float64(cost)
 	if used+c <= l.limit {
-		return now
+		return 0
 	}
 	for i := first; i+1 < len(st); i += 2 {
 		used -= st[i+1]
 		if used+c <= l.limit {
-			return st[i] + l.window
+			return (st[i] + l.window) - now
 		}
 	}
-	return now // unreachable for a valid cost
+	return math.Inf(1) // unreachable for a valid cost: never admitted
 }
 
 // Commit drops expired entries and appends (or merges) the new one.
-func (l *SlidingLog) Commit(st State, now, at float64, cost int64) State {
+func (l *SlidingLog) Commit(st State, now, _ float64, cost int64) State {
 	first, used := l.live(st, now)
 	c := float64(cost)
 	if len(st) == 0 {

@@ -92,14 +92,14 @@ func (w *SlidingWindow) estimate(st State, shift, frac float64) float64 {
 	return full + float64(w.count(st, shift, w.n)*(1-frac))
 }
 
-// Earliest returns now if cost fits under the estimate, else the exact
-// instant at which the estimate first drops far enough, found by walking the
-// bucket boundaries ahead (at most S+1 of them).
-func (w *SlidingWindow) Earliest(st State, now float64, cost int64) float64 {
+// Delay returns 0 if cost fits under the estimate, else the time until the
+// exact instant at which the estimate first drops far enough, found by
+// walking the bucket boundaries ahead (at most S+1 of them).
+func (w *SlidingWindow) Delay(st State, now float64, cost int64) float64 {
 	idx, shift, frac := w.view(st, now)
 	c := float64(cost)
 	if w.estimate(st, shift, frac)+c <= w.limit {
-		return now
+		return 0
 	}
 	for j := 0; j <= w.n; j++ {
 		// During bucket idx+j the full buckets are ages 0..S-1-j (the j newer
@@ -122,15 +122,15 @@ func (w *SlidingWindow) Earliest(st State, now float64, cost int64) float64 {
 			}
 		}
 		if j == 0 && need == frac {
-			return now
+			return 0
 		}
-		return float64((idx+float64(j))*w.width) + float64(need*w.width)
+		return (float64((idx+float64(j))*w.width) + float64(need*w.width)) - now
 	}
-	return float64((idx + float64(w.n+1)) * w.width) // unreachable for a valid cost
+	return math.Inf(1) // unreachable for a valid cost: never admitted
 }
 
 // Commit shifts the buckets to now and adds cost to the newest.
-func (w *SlidingWindow) Commit(st State, now, at float64, cost int64) State {
+func (w *SlidingWindow) Commit(st State, now, _ float64, cost int64) State {
 	idx, shift, _ := w.view(st, now)
 	if len(st) < w.n+2 {
 		st = slices.Grow(st[:0], w.n+2)[:w.n+2]

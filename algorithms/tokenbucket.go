@@ -55,19 +55,19 @@ func (b *TokenBucket) level(st State, now float64) (tokens, last float64) {
 	return tokens, last
 }
 
-// Earliest returns now if enough tokens are present, else the instant the
+// Delay returns 0 if enough tokens are present, else the time until the
 // bucket will have refilled to cost.
-func (b *TokenBucket) Earliest(st State, now float64, cost int64) float64 {
+func (b *TokenBucket) Delay(st State, now float64, cost int64) float64 {
 	tokens, _ := b.level(st, now)
 	c := float64(cost)
 	if tokens >= c {
-		return now
+		return 0
 	}
-	return now + float64((c-tokens)*b.interval)
+	return float64((c - tokens) * b.interval)
 }
 
-// Commit takes cost tokens. at is ignored: token buckets commit only at now.
-func (b *TokenBucket) Commit(st State, now, at float64, cost int64) State {
+// Commit takes cost tokens. delay is ignored: token buckets commit only at now.
+func (b *TokenBucket) Commit(st State, now, _ float64, cost int64) State {
 	tokens, last := b.level(st, now)
 	return set2(st, tokens-float64(cost), last)
 }

@@ -5,9 +5,10 @@
 local refunded = 0
 for i = 1, #KEYS do
   local a = (i - 1) * 3
-  local st = decode(redis.call('GET', KEYS[i]))
+  local raw = get(KEYS[i])
+  local st = raw and decode(raw)
   local tag = tonumber(ARGV[a + 1])
-  if #st > 0 and st[1] == tag then
+  if st and #st > 0 and st[1] == tag then
     st[1] = tag - tonumber(ARGV[a + 2]) * tonumber(ARGV[a + 3])
     redis.call('SET', KEYS[i], encode(st), 'KEEPTTL')
     refunded = refunded + 1

@@ -9,13 +9,36 @@ local floor = math.floor
 
 local function fmt(x) return string.format('%.17g', x) end
 
+-- decode parses a stored state; it returns nil for text that is not a list
+-- of finite numbers (a corrupt state, never written by these scripts).
 local function decode(s)
   local st = {}
   if s then
-    for w in string.gmatch(s, '%S+') do st[#st + 1] = tonumber(w) end
+    for w in string.gmatch(s, '%S+') do
+      local x = tonumber(w)
+      if not x or x ~= x or x == math.huge or x == -math.huge then return nil end
+      st[#st + 1] = x
+    end
   end
   return st
 end
+
+-- get reads a key that must hold a string (or nothing). It returns the value
+-- (false for none), or nil and the reason when another type is stored there:
+-- such a key is never read as state, and never overwritten.
+local function get(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then return nil, 'holds a value of another type' end
+  return v
+end
+
+-- refuse is the error reply for the data of dimension i (1-based): the
+-- caller maps it to the user's key and dimension.
+local function refuse(i, why) return redis.error_reply('TKSTATE ' .. (i - 1) .. ' ' .. why) end
+
+-- valid_cost: a whole number from 1 to 2^53 (the ALG's own limit is checked
+-- by its admissible()).
+local function valid_cost(c) return c and c >= 1 and c <= 9007199254740992 and c == floor(c) end
 
 local function encode(st)
   local out = {}
@@ -26,23 +49,26 @@ end
 local function floor_mod(a, b) return a - floor(a / b) * b end
 
 -- GCRA and the leaky-bucket shaper: p = {interval, tau, maxWait}; st = {tat}.
+-- Decisions are relative to now (ahead = how far the TAT lies after now).
 local gcra = {}
-function gcra.earliest(p, st, now, cost)
-  local tat = now
-  if #st > 0 and st[1] > now then tat = st[1] end
-  local allow_at = (tat + p[1] * cost) - p[2]
-  if allow_at < now then return now end
-  return allow_at
+local function gcra_ahead(st, now)
+  if #st > 0 and st[1] > now then return st[1] - now end
+  return 0
 end
-function gcra.commit(p, st, now, at, cost)
+function gcra.admissible(p, cost) return (p[1] * cost) - p[2] <= p[3] end
+function gcra.delay(p, st, now, cost)
+  local w = (gcra_ahead(st, now) + p[1] * cost) - p[2]
+  if w > 0 then return w end
+  return 0
+end
+function gcra.commit(p, st, now, delay, cost)
   local tc = p[1] * cost
-  local base = now
-  if #st > 0 and st[1] > base then base = st[1] end
   local excess = tc - p[2]
   if excess < 0 then excess = 0 end
-  local v = at - excess
+  local base = gcra_ahead(st, now)
+  local v = delay - excess
   if v > base then base = v end
-  return {base + tc}
+  return {now + (base + tc)}
 end
 function gcra.status(p, st, now)
   local tat = now
@@ -64,12 +90,13 @@ local function token_level(p, st, now)
   end
   return tokens, last
 end
-function token.earliest(p, st, now, cost)
+function token.admissible(p, cost) return cost <= p[2] end
+function token.delay(p, st, now, cost)
   local tokens = token_level(p, st, now)
-  if tokens >= cost then return now end
-  return now + (cost - tokens) * p[1]
+  if tokens >= cost then return 0 end
+  return (cost - tokens) * p[1]
 end
-function token.commit(p, st, now, at, cost)
+function token.commit(p, st, now, delay, cost)
   local tokens, last = token_level(p, st, now)
   return {tokens - cost, last}
 end
@@ -86,12 +113,13 @@ local function fixed_current(p, st, now)
   if #st < 2 or start > st[1] then return start, 0 end
   return st[1], st[2]
 end
-function fixed.earliest(p, st, now, cost)
+function fixed.admissible(p, cost) return cost <= p[1] end
+function fixed.delay(p, st, now, cost)
   local start, count = fixed_current(p, st, now)
-  if count + cost <= p[1] then return now end
-  return start + p[2]
+  if count + cost <= p[1] then return 0 end
+  return (start + p[2]) - now
 end
-function fixed.commit(p, st, now, at, cost)
+function fixed.commit(p, st, now, delay, cost)
   local start, count = fixed_current(p, st, now)
   return {start, count + cost}
 end
@@ -122,10 +150,11 @@ local function sw_estimate(p, st, shift, frac)
   for age = 0, p[3] - 1 do full = full + sw_count(p, st, shift, age) end
   return full + sw_count(p, st, shift, p[3]) * (1 - frac)
 end
-function sliding.earliest(p, st, now, cost)
+function sliding.admissible(p, cost) return cost <= p[1] end
+function sliding.delay(p, st, now, cost)
   local limit, width, n = p[1], p[2], p[3]
   local idx, shift, frac = sw_view(p, st, now)
-  if sw_estimate(p, st, shift, frac) + cost <= limit then return now end
+  if sw_estimate(p, st, shift, frac) + cost <= limit then return 0 end
   for j = 0, n do
     local full = 0
     for age = 0, n - j - 1 do full = full + sw_count(p, st, shift, age) end
@@ -138,13 +167,13 @@ function sliding.earliest(p, st, now, cost)
         local f = 1 - (limit - cost - full) / old
         if f > need then need = f end
       end
-      if j == 0 and need == frac then return now end
-      return (idx + j) * width + need * width
+      if j == 0 and need == frac then return 0 end
+      return ((idx + j) * width + need * width) - now
     end
   end
-  return (idx + (n + 1)) * width
+  return math.huge -- unreachable for a valid cost: never admitted
 end
-function sliding.commit(p, st, now, at, cost)
+function sliding.commit(p, st, now, delay, cost)
   local n = p[3]
   local idx, shift = sw_view(p, st, now)
   local out = {}
@@ -188,16 +217,17 @@ local function log_live(p, st, now)
   end
   return first, used
 end
-function slog.earliest(p, st, now, cost)
+function slog.admissible(p, cost) return cost <= p[1] end
+function slog.delay(p, st, now, cost)
   local first, used = log_live(p, st, now)
-  if used + cost <= p[1] then return now end
+  if used + cost <= p[1] then return 0 end
   for i = first, #st - 1, 2 do
     used = used - st[i + 1]
-    if used + cost <= p[1] then return st[i] + p[2] end
+    if used + cost <= p[1] then return (st[i] + p[2]) - now end
   end
-  return now
+  return math.huge -- unreachable for a valid cost: never admitted
 end
-function slog.commit(p, st, now, at, cost)
+function slog.commit(p, st, now, delay, cost)
   local first, used = log_live(p, st, now)
   if #st == 0 then return {cost, now, cost} end
   local out = {used + cost}
@@ -273,12 +303,13 @@ local function quota_current(p, st, now)
   local start, ends = quota_bounds(p, now)
   return start, 0, ends
 end
-function quota.earliest(p, st, now, cost)
+function quota.admissible(p, cost) return cost <= p[1] end
+function quota.delay(p, st, now, cost)
   local start, used, ends = quota_current(p, st, now)
-  if used + cost <= p[1] then return now end
-  return ends
+  if used + cost <= p[1] then return 0 end
+  return ends - now
 end
-function quota.commit(p, st, now, at, cost)
+function quota.commit(p, st, now, delay, cost)
   local start, used, ends = quota_current(p, st, now)
   return {start, used + cost, ends}
 end
@@ -307,25 +338,24 @@ local function all_not_before(dims, now, not_before)
     local w = dims[i].alg.max_wait(dims[i].p)
     if w < max_wait then max_wait = w end
   end
-  local at, binding = now, 1
+  local wait, binding = 0, 1
   for i = 1, #dims do
     local d = dims[i]
-    local t = d.alg.earliest(d.p, d.st, now, d.cost)
-    if t > at then at, binding = t, i end
+    local w = d.alg.delay(d.p, d.st, now, d.cost)
+    if w > wait then wait, binding = w, i end
   end
-  local floored = not_before > at
-  if floored then at = not_before end
+  local floored = not_before - now > wait
+  if floored then wait = not_before - now end
   local b = dims[binding]
   local bind = binding - 1
   if floored then bind = -1 end
-  local wait = at - now
   if wait > max_wait then
     local rem, reset = b.alg.status(b.p, b.st, now)
     return false, wait - max_wait, rem, reset, bind
   end
   for i = 1, #dims do
     local d = dims[i]
-    d.st = d.alg.commit(d.p, d.st, now, at, d.cost)
+    d.st = d.alg.commit(d.p, d.st, now, wait, d.cost)
   end
   local rem, reset = b.alg.status(b.p, b.st, now)
   return true, wait, rem, reset, bind

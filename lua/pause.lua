@@ -5,8 +5,11 @@
 local now = clock(ARGV[1])
 local untilv = now + tonumber(ARGV[2])
 for i = 1, #KEYS do
-  local cur = redis.call('GET', KEYS[i])
-  if not cur or untilv > tonumber(cur) then
+  local cur, why = get(KEYS[i])
+  if cur == nil then return refuse(i, 'pause key ' .. why) end
+  local curv = cur and tonumber(cur)
+  if cur and not curv then return refuse(i, 'pause key holds a corrupt value') end
+  if not cur or untilv > curv then
     local ttl = math.ceil(untilv - now)
     if ttl < 1 then ttl = 1 end
     redis.call('SET', KEYS[i], fmt(untilv), 'PX', ttl)

@@ -15,13 +15,27 @@ for i = 1, n do
   if not d.alg then return redis.error_reply('throttlekit: unknown algorithm kind ' .. tostring(ARGV[a])) end
   d.p = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
          tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])}
-  d.st = decode(redis.call('GET', KEYS[2 * i - 1]))
-  local paused = redis.call('GET', KEYS[2 * i])
-  if paused then
-    local v = tonumber(paused)
-    if v > not_before then not_before = v end
+  -- The caller checked the cost; it is checked again here, before anything
+  -- is read or written, so that no version of the caller can store a cost
+  -- that could never be admitted.
+  if not valid_cost(d.cost) or not d.alg.admissible(d.p, d.cost) then
+    return redis.error_reply('TKCOST ' .. (i - 1) .. ' ' .. tostring(ARGV[a + 7]))
   end
   dims[i] = d
+end
+for i = 1, n do
+  local d = dims[i]
+  local raw, why = get(KEYS[2 * i - 1])
+  if raw == nil then return refuse(i, why) end
+  d.st = decode(raw)
+  if not d.st then return refuse(i, 'holds a corrupt state') end
+  local paused, pwhy = get(KEYS[2 * i])
+  if paused == nil then return refuse(i, 'pause key ' .. pwhy) end
+  if paused then
+    local v = tonumber(paused)
+    if not v or v ~= v then return refuse(i, 'pause key holds a corrupt value') end
+    if v > not_before then not_before = v end
+  end
 end
 local ok, wait, rem, reset, bind = all_not_before(dims, now, not_before)
 local ok_s = '0'

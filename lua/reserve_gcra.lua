@@ -19,30 +19,43 @@ else
   now = tonumber(sec) * 1000 + tonumber(usec) / 1000
 end
 local interval, tau, max_wait, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local tc = interval * cost
+-- The caller checked the cost (the same rule as lib.lua's gcra.admissible);
+-- it is checked again before anything is read or written.
+if not (cost and cost >= 1 and cost <= 9007199254740992 and cost == math.floor(cost)) or tc - tau > max_wait then
+  return redis.error_reply('TKCOST 0 ' .. tostring(ARGV[5]))
+end
 local got = redis.call('MGET', KEYS[1], KEYS[2])
 local stored, paused = got[1] or '', got[2] or ''
-local tat = now -- max(stored, now)
+local ahead = 0 -- max(stored - now, 0)
 if got[1] then
   local s = tonumber(got[1])
-  if s > now then tat = s end
+  if not s or s ~= s or s == math.huge or s == -math.huge then
+    return redis.error_reply('TKSTATE 0 holds a corrupt state')
+  end
+  if s > now then ahead = s - now end
+elseif redis.call('EXISTS', KEYS[1]) == 1 then -- MGET reads another type as nil: never overwrite it
+  return redis.error_reply('TKSTATE 0 holds a value of another type')
 end
-local tc = interval * cost
-local at = (tat + tc) - tau
-if at < now then at = now end
+local wait = (ahead + tc) - tau
+if wait < 0 then wait = 0 end
 local bind = '0'
 if got[2] then
   local not_before = tonumber(got[2])
-  if not_before > at then at, bind = not_before, '-1' end
+  if not not_before or not_before ~= not_before then
+    return redis.error_reply('TKSTATE 0 pause key holds a corrupt value')
+  end
+  if not_before - now > wait then wait, bind = not_before - now, '-1' end
 end
-if at - now > max_wait then
+if wait > max_wait then
   return {'0', bind, sec, usec, stored, paused}
 end
 local excess = tc - tau
 if excess < 0 then excess = 0 end
-local base = tat
-local v = at - excess
+local base = ahead
+local v = wait - excess
 if v > base then base = v end
-local next_tat = base + tc
+local next_tat = now + (base + tc)
 local ttl = math.ceil(next_tat - now) -- the time until the key is cold, as reserve.lua's status gives it
 if ttl < 1 then ttl = 1 end
 redis.call('SET', KEYS[1], string.format('%.17g', next_tat), 'PX', ttl)
