@@ -42,7 +42,7 @@ func admissibleSubjects(rng *rand.Rand) []Algorithm {
 // never admissible (thousands of configurations in a scan of this kind).
 func TestAdmissibilityIsExactOnAColdKey(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 13))
-	for range 20000 {
+	for range 8000 {
 		for _, a := range admissibleSubjects(rng) {
 			maxCost := MaxCost(a)
 			if maxCost < 1 {

@@ -38,11 +38,23 @@ type CostError struct {
 	Algorithm string
 	Cost      int64
 	Reason    string
+	// Key and Dimension name the caller's key and the dimension that refused
+	// the cost, when the refusal comes through a shaper (package shaper);
+	// empty otherwise. Dimension is empty for a shaper of one contract.
+	Key       string
+	Dimension string
 }
 
 // Error says which algorithm refused the cost and why.
 func (e *CostError) Error() string {
-	return fmt.Sprintf("throttlekit: %s: invalid cost %d: %s", e.Algorithm, e.Cost, e.Reason)
+	where := ""
+	if e.Dimension != "" {
+		where = fmt.Sprintf(" (dimension %q)", e.Dimension)
+	}
+	if e.Key != "" {
+		where += fmt.Sprintf(" for key %q", e.Key)
+	}
+	return fmt.Sprintf("throttlekit: %s: invalid cost %d%s: %s", e.Algorithm, e.Cost, where, e.Reason)
 }
 
 // Unwrap makes errors.Is(err, ErrInvalidCost) true.
@@ -56,11 +68,11 @@ const maxExactCost = 1 << 53
 func checkCost(alg string, cost int64, limit float64, what string) error {
 	switch {
 	case cost <= 0:
-		return &CostError{alg, cost, "must be >= 1"}
+		return &CostError{Algorithm: alg, Cost: cost, Reason: "must be >= 1"}
 	case cost > maxExactCost:
-		return &CostError{alg, cost, "must be <= 2^53"}
+		return &CostError{Algorithm: alg, Cost: cost, Reason: "must be <= 2^53"}
 	case float64(cost) > limit:
-		return &CostError{alg, cost, fmt.Sprintf("exceeds %s %v and could never be admitted", what, limit)}
+		return &CostError{Algorithm: alg, Cost: cost, Reason: fmt.Sprintf("exceeds %s %v and could never be admitted", what, limit)}
 	}
 	return nil
 }

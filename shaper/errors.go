@@ -30,6 +30,12 @@ var (
 	// failed or timed out and the failure policy is FailClosed.
 	ErrStoreUnavailable = errors.New("throttlekit: store unavailable")
 
+	// ErrInvalidState is matched by every *StateError: the data stored under
+	// one of the library's key names cannot be used (a value of another type,
+	// written by other code, or a corrupt state). That call alone fails;
+	// nothing is written and no other key is affected.
+	ErrInvalidState = errors.New("throttlekit: stored state cannot be used")
+
 	// ErrStoreFull is returned by a memory store at its MaxKeys cap when a new
 	// key arrives and no stored key is idle. Existing keys are unaffected.
 	ErrStoreFull = errors.New("throttlekit: memory store is full (MaxKeys) and no key is idle")
@@ -114,8 +120,39 @@ func (e *DeadlineError) Error() string {
 // Unwrap makes errors.Is(err, context.DeadlineExceeded) true.
 func (e *DeadlineError) Unwrap() error { return context.DeadlineExceeded }
 
+// StateError reports a key whose stored data a Redis store could not use: a
+// value of another type at the library's key name (written by other code),
+// or a state that is not one the library writes. The call fails alone; the
+// data is neither read as state nor overwritten, no other key is affected,
+// and the failure policy does not serve it (the server is healthy). It
+// matches ErrInvalidState and unwraps to the server's error.
+type StateError struct {
+	Op        string // "reserve", "cancel", "pause"
+	Key       string // the caller's key (after the dimension's Key mapping)
+	Dimension string // the dimension's name; empty for a shaper of one contract
+	Reason    string
+	Err       error
+}
+
+// Error names the key, the dimension and what was wrong.
+func (e *StateError) Error() string {
+	dim := ""
+	if e.Dimension != "" {
+		dim = fmt.Sprintf(" (dimension %q)", e.Dimension)
+	}
+	return fmt.Sprintf("throttlekit: %s: key %q%s: %s", e.Op, e.Key, dim, e.Reason)
+}
+
+// Unwrap returns the server's error.
+func (e *StateError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrInvalidState) true.
+func (e *StateError) Is(target error) bool { return target == ErrInvalidState }
+
 // StoreError reports a store that failed or timed out under the FailClosed
-// policy. It matches ErrStoreUnavailable and unwraps to the cause.
+// policy, or, under every policy, a client that cannot work as configured
+// (a wrong password, a missing permission, a closed client). It matches
+// ErrStoreUnavailable and unwraps to the cause.
 type StoreError struct {
 	Op  string // "reserve", "cancel", "pause", "reset"
 	Err error

@@ -397,21 +397,21 @@ func (m *MemoryStore) enter(ns uint32, key string, now float64) (*memShard, *mem
 	return sh, m.space(sh, ns)
 }
 
-func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, error) {
+func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, bool, error) {
 	if g, ok := alg.(*algorithms.GCRA); ok {
 		var dec algorithms.Decision
 		tag, err := m.reserveTAT(d, g, key, cost, now, &dec)
-		return dec, tag, err
+		return dec, tag, false, err
 	}
 	sh, sp := m.enter(d.memID, key, now)
 	defer sh.mu.Unlock()
 	st, exists := sp.states[key]
 	if !exists && !m.room(sh, now, 1) {
-		return algorithms.Decision{}, 0, ErrStoreFull
+		return algorithms.Decision{}, 0, false, ErrStoreFull
 	}
 	next, dec, err := algorithms.ReserveNotBefore(alg, st, now, sp.floor(key, now), cost)
 	if err != nil || !dec.Allowed {
-		return dec, 0, err
+		return dec, 0, false, err
 	}
 	switch {
 	case !exists:
@@ -420,7 +420,7 @@ func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorith
 	case len(next) != len(st) || &next[0] != &st[0]:
 		sp.states[key] = next
 	}
-	return dec, next[0], nil
+	return dec, next[0], false, nil
 }
 
 // reserveTAT is reserve for the GCRA family (g is d's leaky bucket or its
@@ -545,7 +545,7 @@ func (m *MemoryStore) each(dims []*dim, keys []string, f func(sh *memShard, sp *
 	}
 }
 
-func (m *MemoryStore) cancel(_ context.Context, dims []*dim, keys []string, tags []float64, costs []int64) error {
+func (m *MemoryStore) cancel(_ context.Context, dims []*dim, keys []string, tags []float64, costs []int64, _ bool) error {
 	m.each(dims, keys, func(_ *memShard, sp *memSpace, d *dim, i int) {
 		if d.gcra == nil { // only the GCRA family refunds; its keys are bare TATs
 			return

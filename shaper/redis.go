@@ -3,6 +3,7 @@ package shaper
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,18 +30,46 @@ const redisRetryEvery = 500 * time.Millisecond
 // server answers NOSCRIPT) that computes the same transition as the memory
 // store, bit for bit, over all of the reservation's keys at once. By default
 // the script reads Redis TIME, so hosts whose clocks disagree still share one
-// schedule; WithClientClock passes the shaper's clock instead.
+// schedule; WithClientClock passes the shaper's clock instead. A reservation's
+// delay is counted from the moment its reply arrives, so that no caller
+// departs before its slot on the server's timeline, however long the call
+// took.
 //
 // Keys are the shaper's prefix followed by the escaped key in braces, so that
-// no key can choose its cluster slot: "{", "}" and "\" are escaped in both. A
-// multi-dimension reservation keeps all its keys in the slot of its first
-// dimension's key: put the broadest dimension (the account) first. Every key
-// expires once its state is equivalent to a cold key.
+// no key can choose its cluster slot, and no two (prefix, dimension, key,
+// kind) ever share a Redis key: "{", "}", "\" and, after the braces, ":" are
+// escaped. A multi-dimension reservation keeps all its keys in the slot of
+// its first dimension's key: put the broadest dimension (the account) first.
+// Every key expires once its state is equivalent to a cold key. A key of
+// another type, or a corrupt state, under one of the store's key names is
+// never overwritten: that call fails with a *StateError.
 //
-// When Redis fails or times out, the failure policy decides (WithFailurePolicy):
-// FailClosed (the default) returns a *StoreError, FailOpen admits, FailLocal
-// paces on an in-memory shaper at a share of the rate. After a failure the
-// store serves the policy for half a second before it tries Redis again.
+// # Failures
+//
+// Each call is bounded by the caller's ctx and WithTimeout; the time spent
+// waiting for one of the client's pooled connections is not counted against
+// the timeout (the store runs at most PoolSize calls at once and queues the
+// rest), so a burst of callers on a healthy server is not an outage.
+//
+// Only evidence that the server is unreachable or unhealthy serves the
+// failure policy (WithFailurePolicy): a refused or reset connection, LOADING,
+// MASTERDOWN, CLUSTERDOWN, OOM and the like, or a call that held a connection
+// and got no answer within its bound. FailClosed (the default) returns a
+// *StoreError, FailOpen admits, FailLocal paces on an in-memory shaper at a
+// share of the rate. Under FailOpen and FailLocal a call whose ctx deadline
+// is nearer than the timeout gives Redis three quarters of the time left, so
+// that the policy can still answer within the deadline.
+//
+// Other failures are never served by the policy: a key whose data cannot be
+// used fails that call alone (*StateError), and a client that cannot work as
+// configured (WRONGPASS, NOAUTH, NOPERM, a closed client) returns a
+// *StoreError every time, so that a wrong password cannot silently turn the
+// limiter off.
+//
+// When the server answers nobody for half the timeout, or the connection
+// fails, the store judges it down for half a second: calls are served by the
+// policy without touching Redis. Then one call at a time probes it; the
+// first answer judges it up again.
 type RedisStore struct {
 	client      redis.UniversalClient
 	ctxTimeouts bool // the client honours ctx deadlines on its sockets
@@ -48,13 +77,14 @@ type RedisStore struct {
 	clientClock bool
 	policy      FailurePolicy
 	err         error
+	slots       chan struct{} // one per call in flight: at most the client's pool size
 
 	local    *MemoryStore // FailLocal
 	localMu  sync.Mutex
 	localFor map[*dim]*dim // each bound dimension's scaled local twin
 
-	downUntil atomic.Int64 // unix ns until which Redis is not tried
-	degraded  atomic.Uint64
+	health   *health
+	degraded atomic.Uint64
 }
 
 // FailurePolicy says what a RedisStore does when Redis fails or times out.
@@ -111,19 +141,23 @@ func WithFailurePolicy(p FailurePolicy) RedisOption {
 // NewRedisStore returns a store on client. A nil client or an invalid option
 // is reported by New or All when a shaper is bound to the store.
 func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStore {
-	r := &RedisStore{client: client, timeout: DefaultRedisTimeout, localFor: map[*dim]*dim{}}
+	r := &RedisStore{client: client, timeout: DefaultRedisTimeout, localFor: map[*dim]*dim{}, health: newHealth()}
 	for _, o := range opts {
 		o(r)
 	}
 	if client == nil && r.err == nil {
 		r.err = &ConfigError{Algorithm: "redis-store", Field: "Client", Value: nil, Reason: "must not be nil"}
 	}
+	pool := 10 * runtime.GOMAXPROCS(0) // go-redis's default
 	switch c := client.(type) {
 	case *redis.Client:
-		r.ctxTimeouts = c.Options().ContextTimeoutEnabled
+		r.ctxTimeouts, pool = c.Options().ContextTimeoutEnabled, c.Options().PoolSize
 	case *redis.ClusterClient:
-		r.ctxTimeouts = c.Options().ContextTimeoutEnabled
+		r.ctxTimeouts, pool = c.Options().ContextTimeoutEnabled, c.Options().PoolSize
+	case *redis.Ring:
+		pool = c.Options().PoolSize
 	}
+	r.slots = make(chan struct{}, max(pool, 1))
 	if r.policy.kind == 2 {
 		r.local = NewMemoryStore()
 	}
@@ -181,8 +215,8 @@ func (r *RedisStore) twin(d *dim) *dim {
 	return r.localFor[d]
 }
 
-// escape makes s safe inside a key: no "{" or "}" survives, and the mapping
-// is one to one.
+// escape makes s safe before and inside the hash tag: no "{" or "}"
+// survives, and the mapping is one to one.
 func escape(s string) string {
 	if !strings.ContainsAny(s, `{}\`) {
 		return s
@@ -190,16 +224,47 @@ func escape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `{`, `\(`, `}`, `\)`).Replace(s)
 }
 
+// escapeTag is escape for the hash tag, which must never be empty: Redis
+// Cluster ignores "{}" and hashes the whole key, which would scatter the keys
+// of one request over several slots. The empty tag is written `\e`, which
+// escape never produces.
+func escapeTag(s string) string {
+	if s == "" {
+		return `\e`
+	}
+	return escape(s)
+}
+
+// escapePart is escape for the parts after the hash tag, which ":"
+// separates: ":" is escaped too, so that no part can end early.
+func escapePart(s string) string {
+	if !strings.ContainsAny(s, `{}\:`) {
+		return s
+	}
+	return strings.NewReplacer(`\`, `\\`, `{`, `\(`, `}`, `\)`, `:`, `\;`).Replace(s)
+}
+
 // redisKeys returns, per dimension, the state key and the pause key. tag is
-// the key whose slot they all live in.
+// the key whose slot they all live in. The mapping from (prefix, dimension,
+// key, kind) to a Redis key is one to one (FuzzRedisKeysAreInjective):
+//
+//	one contract:   E(prefix) "{" T(key) "}"                     state
+//	                E(prefix) "{" T(key) "}:p"                   pause
+//	dimension name: E(prefix) "{" T(tag) "}" P(name) ":" P(key)  state
+//	                E(prefix) "{" T(tag) "}" P(name) ":" P(key) ":p"  pause
+//
+// where E escapes "\", "{" and "}" (T is E, with "" written `\e` so that a
+// tag is never empty), and P escapes ":" as well: the first "{" opens the
+// tag, the first "}" after it closes it, a part after it never holds a raw
+// ":", and a name is never empty.
 func redisKeys(dims []*dim, keys []string, tag string) []string {
 	out := make([]string, 0, 2*len(dims))
 	for i, d := range dims {
 		var p string // the pause key; the state key is p without ":p" (one allocation for both)
 		if d.name != "" {
-			p = escape(d.base) + "{" + escape(tag) + "}" + escape(d.name) + ":" + escape(keys[i]) + ":p"
+			p = escape(d.base) + "{" + escapeTag(tag) + "}" + escapePart(d.name) + ":" + escapePart(keys[i]) + ":p"
 		} else {
-			p = escape(d.base) + "{" + escape(tag) + "}:p"
+			p = escape(d.base) + "{" + escapeTag(tag) + "}:p"
 		}
 		out = append(out, p[:len(p)-2], p)
 	}
@@ -213,8 +278,8 @@ func (r *RedisStore) now(ms float64) string {
 	return lua.ServerTime
 }
 
-// available reports whether Redis should be tried now.
-func (r *RedisStore) available() bool { return time.Now().UnixNano() >= r.downUntil.Load() }
+// available reports whether calls go to Redis (it is not judged down).
+func (r *RedisStore) available() bool { return r.health.isUp() }
 
 // callerDone returns the caller's ctx error, or context.DeadlineExceeded if
 // its deadline has passed but its timer has not yet fired (a socket deadline
@@ -229,71 +294,188 @@ func callerDone(ctx context.Context) error {
 	return nil
 }
 
-// failed records a Redis failure (the caller's ctx is still live) and
-// returns whether the policy serves the call.
-func (r *RedisStore) failed(error) bool {
-	r.downUntil.Store(time.Now().Add(redisRetryEvery).UnixNano())
-	return r.policy.kind != 0
-}
-
-// call runs f under the store's timeout. go-redis applies a ctx deadline to
-// its socket only with ContextTimeoutEnabled; without it a stalled server
-// holds a call for the client's ReadTimeout (3 s by default), and the failure
-// policy would not be served in time. So for such clients (and client types
-// whose options are unknown) f runs on its own goroutine and call returns at
-// the deadline; the goroutine ends when the client's own timeout does.
-func (r *RedisStore) call(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	if r.ctxTimeouts {
-		return f(ctx)
-	}
-	done := make(chan error, 1)
-	go func() { done <- f(ctx) }()
+// acquire waits for a call slot (the store runs at most the client's pool
+// size of calls at once, so that its calls never queue inside the client on
+// the timeout's clock). The wait is bounded by the caller's ctx, not by the
+// timeout: a burst of callers on a healthy server is not an outage. A caller
+// waiting when the server is judged down is released at once; the probe
+// waits at most the timeout.
+func (r *RedisStore) acquire(ctx context.Context, probe bool) error {
 	select {
-	case err := <-done:
-		return err
+	case r.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	var expired <-chan time.Time
+	if probe {
+		t := time.NewTimer(r.timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case r.slots <- struct{}{}:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-r.health.woken():
+		return errJudgedDown
+	case <-expired:
+		return errBudget
 	}
 }
 
-func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, error) {
+// budget is how long one call may hold its connection: the timeout, or,
+// when a policy can serve the caller and its deadline is nearer, three
+// quarters of the time left, so that the policy answers within the deadline.
+func (r *RedisStore) budget(ctx context.Context) time.Duration {
+	b := r.timeout
+	if dl, ok := ctx.Deadline(); ok && r.policy.kind != 0 {
+		if left := time.Until(dl) * 3 / 4; left < b {
+			b = max(left, 0)
+		}
+	}
+	return b
+}
+
+// call runs f on Redis within the call's budget and records what the
+// outcome says of the server's health: any answer means it is up; a
+// connection failure, an unhealthy reply, or a timeout during which the
+// server answered nobody for half the timeout means it is down. go-redis
+// applies a ctx deadline to its socket only with ContextTimeoutEnabled; for
+// other clients f runs on its own goroutine, which keeps its call slot until
+// the client's own timeout ends it.
+func (r *RedisStore) call(ctx context.Context, probe bool, f func(context.Context) error) error {
+	start := time.Now()
+	if err := r.acquire(ctx, probe); err != nil {
+		if errors.Is(err, errBudget) { // the probe found every connection held
+			return r.timedOut(start, probe)
+		}
+		return err
+	}
+	start = time.Now()
+	cctx, cancel := context.WithTimeoutCause(ctx, r.budget(ctx), errBudget)
+	defer cancel()
+	var err error
+	if r.ctxTimeouts {
+		err = f(cctx)
+		<-r.slots
+	} else {
+		done := make(chan error, 1)
+		go func() {
+			e := f(cctx)
+			<-r.slots
+			done <- e
+		}()
+		select {
+		case err = <-done:
+		case <-cctx.Done():
+			err = context.Cause(cctx)
+		}
+	}
+	// The budget ran out, whatever form the client gave it: the ctx's error,
+	// or a socket deadline (set from the same instant) that tripped first.
+	if err != nil && ctx.Err() == nil && (cctx.Err() != nil || classify(err) == failTimeout) {
+		return r.timedOut(start, probe)
+	}
+	var reply redis.Error
+	switch {
+	case err == nil:
+		r.health.answered()
+	case callerDone(ctx) != nil:
+		// the caller left: this says nothing of the server
+	case classify(err) == failDown:
+		r.health.down()
+	case errors.As(err, &reply):
+		r.health.answered()
+	}
+	return err
+}
+
+// timedOut judges a call that started at start and ran out of time. If the
+// server answered other calls meanwhile it is up and this process is slow
+// (errBudget: the call fails alone). If it answered nobody (errSilent) the
+// policy serves the call, and the server is judged down after half the
+// timeout of silence, or at once when the call was the probe of a server
+// already judged down.
+func (r *RedisStore) timedOut(start time.Time, probe bool) error {
+	if !r.health.silentSince(start) {
+		return errBudget
+	}
+	if probe || time.Since(start) >= r.timeout/2 {
+		r.health.down()
+	}
+	return errSilent
+}
+
+// degrade counts an operation served by the policy.
+func (r *RedisStore) degrade(ctx context.Context, op string) {
+	r.degraded.Add(1)
+	traceDegraded(ctx, op)
+}
+
+func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, bool, error) {
 	req := newMulti(1, now)
 	req.dims, req.algs, req.keys, req.costs = append(req.dims, d), append(req.algs, alg), append(req.keys, key), append(req.costs, cost)
 	if err := r.reserveAll(ctx, req); err != nil {
-		return algorithms.Decision{}, 0, err
+		return algorithms.Decision{}, 0, false, err
 	}
 	tag := 0.0
 	if len(req.tags) > 0 {
 		tag = req.tags[0]
 	}
-	return req.dec.Decision, tag, nil
+	return req.dec.Decision, tag, req.local, nil
 }
 
 func (r *RedisStore) reserveAll(ctx context.Context, req *multi) error {
-	if r.available() {
-		err := r.reserveRedis(ctx, req)
-		if err == nil {
-			return nil
-		}
-		if err := callerDone(ctx); err != nil { // the caller gave up or ran out of time: its error, unchanged
-			return err
-		}
-		if !r.failed(err) {
-			return &StoreError{Op: "reserve", Err: err}
-		}
-	} else if r.policy.kind == 0 {
-		return &StoreError{Op: "reserve", Err: errors.New("redis failed less than half a second ago")}
+	try, probe := r.health.admit()
+	if !try {
+		return r.serve(ctx, req, errJudgedDown)
 	}
-	r.degraded.Add(1)
-	traceDegraded(ctx, "reserve")
-	if r.policy.kind == 1 { // FailOpen
+	if probe {
+		defer r.health.probing.Store(false)
+	}
+	err := r.reserveRedis(ctx, probe, req)
+	if err == nil {
+		return nil
+	}
+	if err := callerDone(ctx); err != nil { // the caller gave up or ran out of time: its error, unchanged
+		return err
+	}
+	switch classify(err) {
+	case failData:
+		return stateError("reserve", err, req.dims, req.keys)
+	case failCost:
+		i := 0
+		if _, rest, ok := strings.Cut(err.Error(), "TKCOST "); ok {
+			if n, convErr := strconv.Atoi(strings.Fields(rest)[0]); convErr == nil && n >= 0 && n < len(req.dims) {
+				i = n
+			}
+		}
+		return &CostError{Algorithm: req.algs[i].Name(), Cost: req.costs[i], Key: req.keys[i], Dimension: req.dims[i].name,
+			Reason: "refused by the Redis script (the library and the script disagree: different versions?)"}
+	case failDown, failTimeout:
+		return r.serve(ctx, req, err)
+	}
+	return &StoreError{Op: "reserve", Err: err}
+}
+
+// serve answers a reservation that Redis could not serve because it is down
+// or did not answer in time: FailClosed returns a *StoreError, FailOpen
+// admits at once, FailLocal reserves on the local store at a share of the
+// rate, at the clock's now (the call may have taken the whole timeout).
+func (r *RedisStore) serve(ctx context.Context, req *multi, cause error) error {
+	if r.policy.kind == 0 {
+		return &StoreError{Op: "reserve", Err: cause}
+	}
+	r.degrade(ctx, "reserve")
+	req.local = true
+	if r.policy.kind == 1 { // FailOpen: nothing to refund
 		req.dec = algorithms.AllDecision{Decision: algorithms.MakeDecision(true, 0, 0, 0)}
-		req.tags = make([]float64, len(req.dims))
+		req.tags = nil
 		return nil
 	}
 	local := *req
+	local.now = algorithms.Millis(req.dims[0].clock.Now())
 	local.dims = make([]*dim, len(req.dims))
 	local.algs = make([]algorithms.Algorithm, len(req.dims))
 	for i, d := range req.dims {
@@ -306,13 +488,13 @@ func (r *RedisStore) reserveAll(ctx context.Context, req *multi) error {
 	if err := r.local.reserveAll(ctx, &local); err != nil {
 		return err
 	}
-	req.dec, req.tags = local.dec, nil // a local slot cannot be cancelled on Redis
+	req.dec, req.tags = local.dec, local.tags
 	return nil
 }
 
-func (r *RedisStore) reserveRedis(ctx context.Context, req *multi) error {
+func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) error {
 	if g, ok := req.algs[0].(*algorithms.GCRA); ok && len(req.dims) == 1 {
-		return r.reserveGCRA(ctx, req, g)
+		return r.reserveGCRA(ctx, probe, req, g)
 	}
 	ldims := make([]lua.Dim, len(req.dims))
 	for i, a := range req.algs {
@@ -321,7 +503,7 @@ func (r *RedisStore) reserveRedis(ctx context.Context, req *multi) error {
 	}
 	keys := redisKeys(req.dims, req.keys, req.keys[0])
 	var v any
-	err := r.call(ctx, func(ctx context.Context) error {
+	err := r.call(ctx, probe, func(ctx context.Context) error {
 		var err error
 		v, err = lua.Reserve.Run(ctx, r.client, keys, lua.ReserveArgs(r.now(req.now), ldims)...).Result()
 		return err
@@ -342,7 +524,7 @@ func (r *RedisStore) reserveRedis(ctx context.Context, req *multi) error {
 // family, through the script made for it (lua.ReserveGCRA), with its
 // parameters formatted once, at bind. The script replies with the inputs of
 // its transition; the figures are recomputed here with the same math.
-func (r *RedisStore) reserveGCRA(ctx context.Context, req *multi, g *algorithms.GCRA) error {
+func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, g *algorithms.GCRA) error {
 	d := req.dims[0]
 	params := &d.luaGCRA[0]
 	if g != d.alg {
@@ -351,7 +533,7 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, req *multi, g *algorithms.
 	keys := redisKeys(req.dims, req.keys, req.keys[0])
 	now := r.now(req.now)
 	var v any
-	err := r.call(ctx, func(ctx context.Context) error {
+	err := r.call(ctx, probe, func(ctx context.Context) error {
 		var err error
 		v, err = lua.ReserveGCRA.Run(ctx, r.client, keys, lua.ReserveGCRAArgs(now, params, req.costs[0])...).Result()
 		return err
@@ -375,9 +557,12 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, req *multi, g *algorithms.
 	return nil
 }
 
-func (r *RedisStore) cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, costs []int64) error {
-	if tags == nil { // a slot granted by the local policy
-		return nil
+func (r *RedisStore) cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, costs []int64, local bool) error {
+	if local { // a slot the policy granted: the local store refunds it (FailOpen granted nothing to refund)
+		if r.local == nil || tags == nil {
+			return nil
+		}
+		return r.local.cancel(ctx, r.twins(dims), keys, tags, costs, false)
 	}
 	var rk []string
 	var args []any
@@ -392,8 +577,8 @@ func (r *RedisStore) cancel(ctx context.Context, dims []*dim, keys []string, tag
 	if len(rk) == 0 {
 		return nil
 	}
-	return r.simple(ctx, "cancel", func(ctx context.Context) error {
-		return lua.Cancel.Run(ctx, r.client, rk, args...).Err()
+	return r.write(ctx, "cancel", dims, keys, func(ctx context.Context, probe bool) error {
+		return r.call(ctx, probe, func(ctx context.Context) error { return lua.Cancel.Run(ctx, r.client, rk, args...).Err() })
 	})
 }
 
@@ -403,10 +588,12 @@ func (r *RedisStore) pause(ctx context.Context, dims []*dim, keys []string, now,
 	for i := range dims {
 		pk[i] = all[2*i+1]
 	}
-	err := r.simple(ctx, "pause", func(ctx context.Context) error {
-		return lua.Pause.Run(ctx, r.client, pk, r.now(now), lua.Float(d)).Err()
+	err := r.write(ctx, "pause", dims, keys, func(ctx context.Context, probe bool) error {
+		return r.call(ctx, probe, func(ctx context.Context) error {
+			return lua.Pause.Run(ctx, r.client, pk, r.now(now), lua.Float(d)).Err()
+		})
 	})
-	if r.local != nil { // the local fallback honours the pause too
+	if r.local != nil && !errors.Is(err, ErrInvalidState) { // the local fallback honours the pause too
 		_ = r.local.pause(ctx, r.twins(dims), keys, now, d)
 	}
 	return err
@@ -414,21 +601,40 @@ func (r *RedisStore) pause(ctx context.Context, dims []*dim, keys []string, now,
 
 func (r *RedisStore) reset(ctx context.Context, dims []*dim, keys []string) error {
 	all := redisKeys(dims, keys, keys[0])
-	return r.simple(ctx, "reset", func(ctx context.Context) error { return r.client.Del(ctx, all...).Err() })
+	return r.write(ctx, "reset", dims, keys, func(ctx context.Context, probe bool) error {
+		return r.call(ctx, probe, func(ctx context.Context) error { return r.client.Del(ctx, all...).Err() })
+	})
 }
 
-// simple runs a write that has no local fallback: under FailOpen and
-// FailLocal its failure is counted and ignored, under FailClosed returned.
-func (r *RedisStore) simple(ctx context.Context, op string, f func(context.Context) error) error {
-	err := r.call(ctx, f)
-	switch {
-	case err == nil:
-		return nil
-	case callerDone(ctx) != nil:
-		return callerDone(ctx)
-	case r.failed(err):
-		r.degraded.Add(1)
-		traceDegraded(ctx, op)
+// write runs a write that has no local fallback. While Redis is judged
+// down it is not sent (only a probe goes to Redis). A failure that the
+// policy may serve (Redis down or silent) is returned as a *StoreError
+// under FailClosed, and counted and ignored under FailOpen and FailLocal;
+// every other failure is returned.
+func (r *RedisStore) write(ctx context.Context, op string, dims []*dim, keys []string, f func(ctx context.Context, probe bool) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := errJudgedDown
+	if try, probe := r.health.admit(); try {
+		if probe {
+			defer r.health.probing.Store(false)
+		}
+		if err = f(ctx, probe); err == nil {
+			return nil
+		}
+		if e := callerDone(ctx); e != nil {
+			return e
+		}
+	}
+	switch classify(err) {
+	case failData:
+		return stateError(op, err, dims, keys)
+	case failDown, failTimeout:
+		if r.policy.kind == 0 {
+			return &StoreError{Op: op, Err: err}
+		}
+		r.degrade(ctx, op)
 		return nil
 	}
 	return &StoreError{Op: op, Err: err}
@@ -438,17 +644,21 @@ func (r *RedisStore) simple(ctx context.Context, op string, f func(context.Conte
 // its pause, on the server's clock, so no clock is compared. One round trip
 // (PTTL for one key, a pipeline for several).
 //
-// While Redis is marked down (see failed), it is not asked: the FailLocal
-// store answers for its mirrored pauses, the other policies report the
-// outage, and Wait departs on its granted slot. Otherwise every request that
-// slept would spend the store's timeout here during an outage.
+// While Redis is judged down it is not asked: the FailLocal store answers
+// for its mirrored pauses, the other policies report the outage, and Wait
+// departs on its granted slot. Otherwise every request that slept would
+// spend the store's timeout here during an outage.
 func (r *RedisStore) pauseLeft(ctx context.Context, dims []*dim, keys []string, now float64) (float64, error) {
-	if !r.available() {
+	try, probe := r.health.admit()
+	if !try {
 		return r.localPauseLeft(ctx, dims, keys, now)
+	}
+	if probe {
+		defer r.health.probing.Store(false)
 	}
 	all := redisKeys(dims, keys, keys[0])
 	left := time.Duration(0)
-	err := r.call(ctx, func(ctx context.Context) error {
+	err := r.call(ctx, probe, func(ctx context.Context) error {
 		cmds, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range dims {
 				p.PTTL(ctx, all[2*i+1])
@@ -466,11 +676,13 @@ func (r *RedisStore) pauseLeft(ctx context.Context, dims []*dim, keys []string, 
 		return nil
 	})
 	if err != nil { // f may still run (see call): do not read left
-		if callerDone(ctx) == nil {
-			r.failed(err)
+		if e := callerDone(ctx); e != nil {
+			return 0, e
+		}
+		if c := classify(err); c == failDown || c == failTimeout {
 			return r.localPauseLeft(ctx, dims, keys, now)
 		}
-		return 0, err
+		return 0, &StoreError{Op: "pause_left", Err: err}
 	}
 	return algorithms.DurationMillis(left), nil
 }
@@ -478,7 +690,7 @@ func (r *RedisStore) pauseLeft(ctx context.Context, dims []*dim, keys []string, 
 // localPauseLeft answers pauseLeft while Redis is down.
 func (r *RedisStore) localPauseLeft(ctx context.Context, dims []*dim, keys []string, now float64) (float64, error) {
 	if r.local == nil {
-		return 0, &StoreError{Op: "pause_left", Err: errors.New("redis is down")}
+		return 0, &StoreError{Op: "pause_left", Err: errJudgedDown}
 	}
 	return r.local.pauseLeft(ctx, r.twins(dims), keys, now)
 }

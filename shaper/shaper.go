@@ -53,7 +53,13 @@ type Shaper struct {
 	// The hot path: one dimension of the GCRA family on a MemoryStore is
 	// served by concrete calls (mem.reserveTAT), with no interface dispatch
 	// and the decision written once.
-	mem       *MemoryStore
+	mem *MemoryStore
+	// remote: the store is not this process's memory (Redis). Its decision
+	// is made on another clock and returned after a round trip, so a
+	// reservation's delay counts from a clock reading taken after the reply:
+	// a departure is then never earlier than its slot on the store's
+	// timeline, however long the call took.
+	remote    bool
 	gcraAllow *algorithms.GCRA // dims[0].allow as a *GCRA (dims[0].gcra is the main one)
 	single    bool             // one dimension, no Key or Cost mapping
 }
@@ -74,6 +80,7 @@ type dim struct {
 	spec     Algorithm // how alg was built, so that a store can build a scaled copy
 	rate     Rate
 	maxQueue time.Duration
+	clock    Clock // the shaper's clock, for a decision a store makes locally
 
 	memID   uint32    // set by MemoryStore.bind
 	luaGCRA [2][3]any // set by RedisStore.bind: lua.GCRAParams of alg and allow
@@ -146,6 +153,7 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 			spec:     cfg.alg,
 			rate:     spec.Rate,
 			maxQueue: cfg.maxQueue,
+			clock:    cfg.clock,
 		}
 		if spec.Name != "" {
 			d.prefix += spec.Name + ":"
@@ -157,6 +165,8 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 		s.dims = append(s.dims, d)
 	}
 	s.single = len(s.dims) == 1 && s.dims[0].key == nil && s.dims[0].cost == nil
+	_, inMemory := store.(*MemoryStore)
+	s.remote = !inMemory
 	if m, ok := store.(*MemoryStore); ok && s.single && s.dims[0].gcra != nil {
 		s.mem = m
 		s.gcraAllow, _ = s.dims[0].allow.(*algorithms.GCRA)
@@ -177,13 +187,14 @@ type Reservation struct {
 	// Delay is how long to wait before departing; 0 means at once.
 	Delay time.Duration
 
-	s    *Shaper
-	now  time.Time // when it was granted: it departs at now + Delay
-	key  string
-	cost int64
-	tag  float64
-	m    *multi
-	done bool
+	s     *Shaper
+	now   time.Time // when it was granted: it departs at now + Delay
+	key   string
+	cost  int64
+	tag   float64
+	m     *multi
+	local bool // granted by the Redis store's failure policy
+	done  bool
 }
 
 // Time returns the departure instant on the shaper's clock.
@@ -201,7 +212,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	r.done = true
 	if r.m != nil {
 		st := startStore(ctx)
-		err := r.s.store.cancel(ctx, r.m.dims, r.m.keys, r.m.tags, r.m.costs)
+		err := r.s.store.cancel(ctx, r.m.dims, r.m.keys, r.m.tags, r.m.costs, r.m.local)
 		st.done("cancel", err)
 		return err
 	}
@@ -210,7 +221,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		return nil
 	}
 	st := startStore(ctx)
-	err := r.s.store.cancel(ctx, r.s.dims[:1], []string{r.key}, []float64{r.tag}, []int64{r.cost})
+	err := r.s.store.cancel(ctx, r.s.dims[:1], []string{r.key}, []float64{r.tag}, []int64{r.cost}, r.local)
 	st.done("cancel", err)
 	return err
 }
@@ -236,50 +247,96 @@ func (s *Shaper) check(ctx context.Context, key string, cost int64) (time.Time, 
 		return time.Time{}, err
 	}
 	if cost < 1 {
-		return time.Time{}, &CostError{Algorithm: s.dims[0].alg.Name(), Cost: cost, Reason: "must be >= 1"}
+		return time.Time{}, &CostError{Algorithm: s.dims[0].alg.Name(), Cost: cost, Reason: "must be >= 1", Key: key, Dimension: s.dims[0].name}
 	}
 	return s.cfg.clock.Now(), nil
+}
+
+// validCost checks cost against d's admissibility rule before any store is
+// asked, so that every store gives the same answer, and a cost that can
+// never be admitted is refused before a round trip (the Redis scripts check
+// it again and refuse without writing).
+func validCost(d *dim, alg algorithms.Algorithm, key string, cost int64) error {
+	err := alg.ValidateCost(cost)
+	if err == nil {
+		return nil
+	}
+	var ce *CostError
+	if errors.As(err, &ce) {
+		return &CostError{Algorithm: ce.Algorithm, Cost: ce.Cost, Reason: ce.Reason, Key: key, Dimension: d.name}
+	}
+	return err
+}
+
+// slot is where one's decision was made: the clock reading its delay counts
+// from, the reservation's tag, and whether a failure policy granted it.
+type slot struct {
+	now   time.Time
+	tag   float64
+	local bool
 }
 
 // one runs one transition on the single-key fast path, writing the decision
 // to *dec (the caller's stack: a Decision is not copied through the calls);
 // allow chooses the non-waiting transition. It never sleeps.
-func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool, dec *algorithms.Decision) (time.Time, float64, error) {
+func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool, dec *algorithms.Decision) (slot, error) {
 	now, err := s.check(ctx, key, cost)
 	if err != nil {
-		return now, 0, err
+		return slot{now: now}, err
 	}
 	ms := algorithms.Millis(now)
 	if !tracing.Load() { // programs that never trace: no timer, no context lookup
-		tag, err := s.reserveOne(ctx, allow, key, cost, ms, dec)
-		return now, tag, err
+		sl, err := s.reserveOne(ctx, allow, key, cost, ms, dec)
+		sl.now = s.anchor(now)
+		return sl, err
 	}
 	st := startStore(ctx)
-	tag, err := s.reserveOne(ctx, allow, key, cost, ms, dec)
+	sl, err := s.reserveOne(ctx, allow, key, cost, ms, dec)
 	st.done("reserve", err)
-	return now, tag, err
+	sl.now = s.anchor(now)
+	return sl, err
+}
+
+// anchor returns the instant a decision made at now counts its delay from:
+// now itself in this process's memory, a clock reading taken after the reply
+// for a remote store (see Shaper.remote).
+func (s *Shaper) anchor(now time.Time) time.Time {
+	if s.remote {
+		return s.cfg.clock.Now()
+	}
+	return now
 }
 
 // reserveOne is one's store call. On a MemoryStore the GCRA family goes
-// through concrete calls (mem.reserveTAT); every other store through the
-// Store interface.
-func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms float64, dec *algorithms.Decision) (float64, error) {
+// through concrete calls (mem.reserveTAT), which check the cost themselves;
+// every other store through the Store interface, after the cost is checked.
+func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms float64, dec *algorithms.Decision) (slot, error) {
 	d := s.dims[0]
 	if s.mem != nil {
 		g := d.gcra
 		if allow {
 			g = s.gcraAllow
 		}
-		return s.mem.reserveTAT(d, g, key, cost, ms, dec)
+		tag, err := s.mem.reserveTAT(d, g, key, cost, ms, dec)
+		if err != nil {
+			if ce, ok := err.(*CostError); ok { // named as every store names it
+				err = &CostError{Algorithm: ce.Algorithm, Cost: ce.Cost, Reason: ce.Reason, Key: key, Dimension: d.name}
+			}
+		}
+		return slot{tag: tag}, err
 	}
 	alg := d.alg
 	if allow {
 		alg = d.allow
 	}
-	var tag float64
+	if err := validCost(d, alg, key, cost); err != nil {
+		*dec = algorithms.Decision{}
+		return slot{}, err
+	}
+	var sl slot
 	var err error
-	*dec, tag, err = s.store.reserve(ctx, d, alg, key, cost, ms)
-	return tag, err
+	*dec, sl.tag, sl.local, err = s.store.reserve(ctx, d, alg, key, cost, ms)
+	return sl, err
 }
 
 // decide runs one transition for key and cost at the clock's now, on either
@@ -287,11 +344,11 @@ func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost in
 func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool) (outcome, error) {
 	if s.simple() {
 		var dec algorithms.Decision
-		now, tag, err := s.one(ctx, key, cost, allow, &dec)
+		sl, err := s.one(ctx, key, cost, allow, &dec)
 		if err != nil || !dec.Allowed {
-			return outcome{now: now, dec: dec}, err
+			return outcome{now: sl.now, dec: dec}, err
 		}
-		return outcome{now: now, dec: dec, res: Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag}}, nil
+		return outcome{now: sl.now, dec: dec, res: Reservation{Delay: dec.Delay, s: s, now: sl.now, key: key, cost: cost, tag: sl.tag, local: sl.local}}, nil
 	}
 	now, err := s.check(ctx, key, cost)
 	if err != nil {
@@ -309,7 +366,7 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 				continue
 			}
 			if c < 0 {
-				return outcome{}, &CostError{Algorithm: d.alg.Name(), Cost: c, Reason: fmt.Sprintf("dimension %q mapped cost %d to a negative cost", d.name, cost)}
+				return outcome{}, &CostError{Algorithm: d.alg.Name(), Cost: c, Key: key, Dimension: d.name, Reason: fmt.Sprintf("the dimension's Cost mapped cost %d to a negative cost", cost)}
 			}
 		}
 		if d.key != nil {
@@ -321,6 +378,9 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 		alg := d.alg
 		if allow {
 			alg = d.allow
+		}
+		if err := validCost(d, alg, k, c); err != nil {
+			return outcome{}, err
 		}
 		req.dims = append(req.dims, d)
 		req.algs = append(req.algs, alg)
@@ -336,6 +396,7 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 	if err != nil {
 		return outcome{}, err
 	}
+	now = s.anchor(now)
 	o := outcome{now: now, dec: req.dec.Decision}
 	if b := req.dec.Binding; b < 0 {
 		o.binding = "pause"
@@ -385,14 +446,14 @@ func (s *Shaper) queueFull(key string, retryAfter time.Duration, binding string)
 func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservation, error) {
 	if s.simple() { // the hot path: the decision written once, the Reservation built in place
 		var dec algorithms.Decision
-		now, tag, err := s.one(ctx, key, cost, false, &dec)
+		sl, err := s.one(ctx, key, cost, false, &dec)
 		if err != nil {
 			return Reservation{}, err
 		}
 		if !dec.Allowed {
 			return Reservation{}, s.queueFull(key, dec.RetryAfter, "")
 		}
-		return Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag}, nil
+		return Reservation{Delay: dec.Delay, s: s, now: sl.now, key: key, cost: cost, tag: sl.tag, local: sl.local}, nil
 	}
 	o, err := s.decide(ctx, key, cost, false)
 	if err != nil {
@@ -409,7 +470,7 @@ func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservati
 func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error) {
 	if s.simple() {
 		var dec algorithms.Decision
-		_, _, err := s.one(ctx, key, cost, true, &dec)
+		_, err := s.one(ctx, key, cost, true, &dec)
 		return dec.Allowed && err == nil, err
 	}
 	o, err := s.decide(ctx, key, cost, true)
@@ -440,50 +501,75 @@ func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
 	if !s.queues {
 		return s.waitRetry(ctx, key, cost)
 	}
-	r, err := s.Reserve(ctx, key, cost)
-	if err != nil {
-		return err
-	}
-	if r.Delay <= 0 {
-		return nil
-	}
-	if err := s.sleepReserved(ctx, key, r); err != nil {
-		return err
-	}
-	return s.holdForPause(ctx, key, cost)
-}
-
-// holdForPause keeps a request that slept to its slot from departing into a
-// pause that began while it slept (a partner's Retry-After seen by another
-// process, say). Its slot fell inside the pause and is lost with it; it
-// reserves a new one, which the pause places after its end, and sleeps until
-// that. So requests held by a pause leave paced after it, not all together
-// when it ends. The check costs one read (a map lookup, or one Redis PTTL round
-// trip) per request that actually waited; a failed read does not fail the
-// request, whose slot is already granted. A new slot beyond MaxQueue or past
-// ctx's deadline fails Wait as Reserve would.
-func (s *Shaper) holdForPause(ctx context.Context, key string, cost int64) error {
-	dims, keys, err := s.keys(key)
-	if err != nil {
-		return nil
-	}
-	for range 3 { // a pause extended while we wait for it: look again, a few times
-		now := s.cfg.clock.Now()
-		st := startStore(ctx)
-		left, err := s.store.pauseLeft(ctx, dims, keys, algorithms.Millis(now))
-		st.done("pause_left", err)
-		if err != nil || left <= 0 {
-			return nil
-		}
+	// A pause extended while we wait for it: look again, a few times.
+	for range 4 {
 		r, err := s.Reserve(ctx, key, cost)
 		if err != nil {
 			return err
 		}
-		if err := s.sleepReserved(ctx, key, r); err != nil {
+		if r.Delay <= 0 {
+			return nil
+		}
+		paused, err := s.sleepChecking(ctx, key, r)
+		if err != nil || !paused {
 			return err
 		}
 	}
 	return nil
+}
+
+// pauseLead is how long before a slot Wait asks a remote store whether the
+// key was paused while it slept.
+const pauseLead = 5 * time.Millisecond
+
+// sleepChecking sleeps until r's slot and reports whether the key was paused
+// while it slept (a partner's Retry-After seen by another process, say). Its
+// slot then fell inside the pause and is lost with it: Wait reserves a new
+// one, which the pause places after its end, and sleeps until that. So
+// requests held by a pause leave paced after it, not all together when it
+// ends.
+//
+// The check costs one read per request that actually waited. In memory it is
+// a map lookup at the slot. A remote store is asked pauseLead before the
+// slot, with the slot as the answer's deadline: the answer never delays the
+// departure, so a stalled server cannot make departures late and bunch them
+// after the stall (a pause set in the last pauseLead is not seen). A failed
+// or late read does not fail the request, whose slot is already granted.
+func (s *Shaper) sleepChecking(ctx context.Context, key string, r Reservation) (bool, error) {
+	if !s.remote || r.Delay <= pauseLead {
+		if err := s.sleepReserved(ctx, key, r); err != nil {
+			return false, err
+		}
+		return !s.remote && s.pausedAt(ctx, key, s.cfg.clock.Now()), nil
+	}
+	if dl, ok := ctx.Deadline(); ok && r.Delay > time.Until(dl) {
+		_ = r.Cancel(context.WithoutCancel(ctx))
+		return false, &DeadlineError{Key: key, Delay: r.Delay, Deadline: dl}
+	}
+	if err := s.sleepUntil(ctx, r.Time().Add(-pauseLead)); err != nil {
+		_ = r.Cancel(context.WithoutCancel(ctx))
+		return false, err
+	}
+	askCtx, cancel := context.WithDeadline(ctx, r.Time())
+	paused := s.pausedAt(askCtx, key, s.cfg.clock.Now())
+	cancel()
+	if err := s.sleepReserved(ctx, key, r); err != nil {
+		return false, err
+	}
+	return paused, nil
+}
+
+// pausedAt reports whether a pause on key outlasts the instant now + the
+// time to its end, as the store says; a failed read says no.
+func (s *Shaper) pausedAt(ctx context.Context, key string, now time.Time) bool {
+	dims, keys, err := s.keys(key)
+	if err != nil {
+		return false
+	}
+	st := startStore(ctx)
+	left, err := s.store.pauseLeft(ctx, dims, keys, algorithms.Millis(now))
+	st.done("pause_left", err)
+	return err == nil && left > 0
 }
 
 // sleepReserved sleeps until r's slot; if the slot falls past ctx's deadline,

@@ -16,12 +16,14 @@ import (
 type Store interface {
 	// bind registers one dimension of a shaper with the store.
 	bind(d *dim) error
-	// reserve runs one transition on one key.
-	reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (dec algorithms.Decision, tag float64, err error)
+	// reserve runs one transition on one key. local reports a slot that the
+	// failure policy granted instead of the store (see RedisStore).
+	reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (dec algorithms.Decision, tag float64, local bool, err error)
 	// reserveAll runs one transition over several keys, all or nothing.
 	reserveAll(ctx context.Context, req *multi) error
-	// cancel refunds reservations whose keys' schedules still end with them.
-	cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, costs []int64) error
+	// cancel refunds reservations whose keys' schedules still end with them;
+	// local is the reservation's local flag (see reserve).
+	cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, costs []int64, local bool) error
 	// pause holds every departure on the keys for d ms from now (ms; a store
 	// on the server's clock measures from its own now).
 	pause(ctx context.Context, dims []*dim, keys []string, now, d float64) error
@@ -62,6 +64,7 @@ type multi struct {
 	costs []int64
 	now   float64
 
-	dec  algorithms.AllDecision
-	tags []float64 // per dimension, the first number of its new state (GCRA: the TAT)
+	dec   algorithms.AllDecision
+	tags  []float64 // per dimension, the first number of its new state (GCRA: the TAT)
+	local bool      // granted by the failure policy, not by the store (see RedisStore)
 }
