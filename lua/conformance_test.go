@@ -379,3 +379,61 @@ func TestReserveGCRAServerClockNowIsTheScripts(t *testing.T) {
 		prev = rep.Now
 	}
 }
+
+// The handoff floor (ReserveGCRA's sixth argument) is applied by the script
+// and by GCRAReply.Decide alike: over a random timeline with floors that
+// bind and floors that do not, Decide's tag is the TAT the script stored,
+// bit for bit, and its admission is the script's.
+func TestReserveGCRAHandoffFloorMatchesGo(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	loadScripts(t, client)
+	ctx := context.Background()
+	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 5, Period: time.Second, Burst: 2}, 5*time.Second))
+	_, p := g.Params()
+	params := lua.GCRAParams(p)
+	keys := []string{"h:{k}", "h:{k}:p"}
+	rng := rand.New(rand.NewPCG(4, 2))
+	now := algorithms.Millis(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	bound, refused := 0, 0
+	for i := range 600 {
+		now += float64(rng.IntN(900))
+		floor := 0.0
+		if rng.IntN(3) == 0 {
+			floor = rng.Float64() * 6000
+		}
+		args := lua.ReserveGCRAArgs(lua.Float(now), &params, 1)
+		if floor > 0 {
+			args = append(args, lua.Float(floor))
+		}
+		before := client.Get(ctx, keys[0]).Val()
+		v, err := runKept(ctx, client, lua.ReserveGCRA, keys, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := must(lua.ParseReserveGCRA(v, now))
+		rep.Handoff = floor
+		var dec algorithms.Decision
+		tag, err := rep.Decide(g, 1, &dec)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		stored := client.Get(ctx, keys[0]).Val()
+		switch {
+		case !dec.Allowed:
+			refused++
+			if stored != before {
+				t.Fatalf("step %d: a refusal wrote %q over %q", i, stored, before)
+			}
+		case stored != lua.Float(tag):
+			t.Fatalf("step %d: the script stored %q, Decide computed %v", i, stored, lua.Float(tag))
+		}
+		if floor > 0 && rep.TAT < now+floor {
+			bound++
+		}
+	}
+	t.Logf("the floor bound in %d of 600 steps; %d refused", bound, refused)
+	if bound < 20 || refused < 5 {
+		t.Fatalf("the floor bound in %d steps and %d were refused: the test does not exercise both", bound, refused)
+	}
+}

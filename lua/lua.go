@@ -89,6 +89,10 @@ type GCRAReply struct {
 	Now     float64 // ms: the server's TIME, or the now the caller passed
 	TAT     float64 // the TAT stored before the call; algorithms.ColdTAT if none
 	Floor   float64 // the pause floor; Now if the key was not paused
+	// Handoff is the TAT floor relative to now that the caller passed as
+	// ReserveGCRA's sixth argument (0: none); the caller sets it after
+	// ParseReserveGCRA, and Decide applies it as the script did.
+	Handoff float64
 }
 
 // ParseReserveGCRA reads ReserveGCRA's reply, checking every element. now is
@@ -144,7 +148,13 @@ func ParseReserveGCRA(v any, now float64) (GCRAReply, error) {
 // admitted (the reservation's tag). The figures are Go's; the script's
 // decision must agree with them, and an error says so if it does not.
 func (r GCRAReply) Decide(g *algorithms.GCRA, cost int64, dec *algorithms.Decision) (float64, error) {
-	next, err := g.ReserveTAT(r.TAT, r.Now, r.Floor, cost, dec) // a floor before now changes nothing
+	tat := r.TAT
+	if r.Handoff > 0 {
+		if f := r.Now + r.Handoff; f > tat {
+			tat = f
+		}
+	}
+	next, err := g.ReserveTAT(tat, r.Now, r.Floor, cost, dec) // a floor before now changes nothing
 	if err != nil {
 		return 0, err
 	}

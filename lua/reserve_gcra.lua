@@ -7,7 +7,10 @@
 -- the caller recomputes the figures, bit for bit, with the same Go math
 -- (lua.GCRAReply.Decide).
 -- KEYS: the state key, the pause key.
--- ARGV: now in ms ('' for the server's TIME), interval, tau, max_wait, cost.
+-- ARGV: now in ms ('' for the server's TIME), interval, tau, max_wait, cost,
+--   and optionally a TAT floor relative to now (ms): the key's schedule is
+--   taken to run at least that far ahead (slots a failure policy granted
+--   while Redis was down, which Redis never saw).
 -- Reply: {allowed '1'|'0', binding '0'|'-1', TIME seconds, TIME microseconds
 --   (both '' with a client clock), stored TAT or '', pause floor or ''}.
 local now, sec, usec = nil, '', ''
@@ -27,16 +30,21 @@ if not (cost and cost >= 1 and cost <= 9007199254740992 and cost == math.floor(c
 end
 local got = redis.call('MGET', KEYS[1], KEYS[2])
 local stored, paused = got[1] or '', got[2] or ''
-local ahead = 0 -- max(stored - now, 0)
+local tat = nil
 if got[1] then
-  local s = tonumber(got[1])
-  if not s or s ~= s or s == math.huge or s == -math.huge then
+  tat = tonumber(got[1])
+  if not tat or tat ~= tat or tat == math.huge or tat == -math.huge then
     return redis.error_reply('TKSTATE 0 holds a corrupt state')
   end
-  if s > now then ahead = s - now end
 elseif redis.call('EXISTS', KEYS[1]) == 1 then -- MGET reads another type as nil: never overwrite it
   return redis.error_reply('TKSTATE 0 holds a value of another type')
 end
+if ARGV[6] and ARGV[6] ~= '' then
+  local f = now + tonumber(ARGV[6])
+  if not tat or f > tat then tat = f end
+end
+local ahead = 0 -- max(tat - now, 0)
+if tat and tat > now then ahead = tat - now end
 local wait = (ahead + tc) - tau
 if wait < 0 then wait = 0 end
 local bind = '0'

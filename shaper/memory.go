@@ -451,6 +451,27 @@ func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost in
 	return next, nil
 }
 
+// seedTAT raises key's TAT in d's space to at least tat (the GCRA family
+// only): the RedisStore keeps its FailLocal twin's schedule level with
+// Redis's. A new key that does not fit under MaxKeys is not seeded.
+func (m *MemoryStore) seedTAT(d *dim, key string, tat, now float64) {
+	sh, sp := m.enter(d.memID, key, now)
+	defer sh.mu.Unlock()
+	if sp.gcra == nil {
+		return
+	}
+	if i, ok := sp.index[key]; ok {
+		if tat > sp.slab[i] {
+			sp.slab[i] = tat
+		}
+		return
+	}
+	if m.room(sh, now, 1) {
+		sp.add(strings.Clone(key), tat)
+		m.keys.Add(1)
+	}
+}
+
 // lockAll locks the shards of keys in index order (so that concurrent
 // multi-key transitions cannot deadlock). It returns each key's shard, and
 // the distinct shards it locked, for unlockAll.

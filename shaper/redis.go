@@ -82,6 +82,7 @@ type RedisStore struct {
 	local    *MemoryStore // FailLocal
 	localMu  sync.Mutex
 	localFor map[*dim]*dim // each bound dimension's scaled local twin
+	handoff  handoff       // FailLocal: local slots Redis has not seen yet
 
 	health   *health
 	degraded atomic.Uint64
@@ -489,6 +490,9 @@ func (r *RedisStore) serve(ctx context.Context, req *multi, cause error) error {
 		return err
 	}
 	req.dec, req.tags = local.dec, local.tags
+	if req.dec.Allowed && len(req.dims) == 1 && req.dims[0].gcra != nil && len(req.tags) == 1 {
+		r.handoff.granted(req.dims[0], req.keys[0], req.tags[0])
+	}
 	return nil
 }
 
@@ -524,6 +528,12 @@ func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) e
 // family, through the script made for it (lua.ReserveGCRA), with its
 // parameters formatted once, at bind. The script replies with the inputs of
 // its transition; the figures are recomputed here with the same math.
+//
+// Under FailLocal it also hands the schedule over between Redis and the
+// local store (see handoff): a key whose local slots Redis has not seen
+// passes their end as a TAT floor, and every admission seeds the local
+// twin with Redis's TAT, so that whichever serves next continues the
+// schedule instead of starting a new one beside it.
 func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, g *algorithms.GCRA) error {
 	d := req.dims[0]
 	params := &d.luaGCRA[0]
@@ -532,10 +542,17 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, g 
 	}
 	keys := redisKeys(req.dims, req.keys, req.keys[0])
 	now := r.now(req.now)
+	args := lua.ReserveGCRAArgs(now, params, req.costs[0])
+	floor := 0.0
+	if r.local != nil {
+		if floor = r.handoff.floor(d, req.keys[0], algorithms.Millis(d.clock.Now())); floor > 0 {
+			args = append(args, lua.Float(floor))
+		}
+	}
 	var v any
 	err := r.call(ctx, probe, func(ctx context.Context) error {
 		var err error
-		v, err = lua.ReserveGCRA.Run(ctx, r.client, keys, lua.ReserveGCRAArgs(now, params, req.costs[0])...).Result()
+		v, err = lua.ReserveGCRA.Run(ctx, r.client, keys, args...).Result()
 		return err
 	})
 	if err != nil {
@@ -545,6 +562,7 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, g 
 	if err != nil {
 		return err
 	}
+	rep.Handoff = floor
 	var dec algorithms.Decision
 	tag, err := rep.Decide(g, req.costs[0], &dec)
 	if err != nil {
@@ -553,6 +571,15 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, g 
 	req.dec = algorithms.AllDecision{Decision: dec, Binding: rep.Binding}
 	if dec.Allowed {
 		req.tags = append(req.tags[:0], tag) // newMulti's array: no allocation
+		if r.local != nil {
+			// Redis's TAT on this process's clock, read after the reply: later
+			// than on the server's, so the local schedule never starts early.
+			local := algorithms.Millis(d.clock.Now())
+			r.local.seedTAT(r.twin(d), req.keys[0], local+(tag-rep.Now), local)
+			if floor > 0 {
+				r.handoff.done(d, req.keys[0])
+			}
+		}
 	}
 	return nil
 }
@@ -702,4 +729,70 @@ func (r *RedisStore) twins(dims []*dim) []*dim {
 		out[i] = r.twin(d)
 	}
 	return out
+}
+
+// handoff keeps, per key, the end of the slots the FailLocal policy granted
+// while Redis was down (a TAT on this process's clock). Redis never saw
+// them: until it has admitted a reservation for the key, each reservation
+// passes how far ahead they run as a TAT floor, so that Redis's schedule
+// continues after the local one instead of beside it. One-dimension shapers
+// of the GCRA family (the leaky bucket and GCRA) hand over; other shapers
+// start a new schedule on each side of an outage (docs/RELIABILITY.md).
+type handoff struct {
+	n  atomic.Int64 // len(m), so that the common case takes no lock
+	mu sync.Mutex
+	m  map[handoffKey]float64
+}
+
+type handoffKey struct {
+	d   *dim
+	key string
+}
+
+// granted records a local slot whose reservation stored tat.
+func (h *handoff) granted(d *dim, key string, tat float64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[handoffKey]float64{}
+	}
+	k := handoffKey{d, key}
+	if cur, ok := h.m[k]; !ok || tat > cur {
+		if !ok {
+			k.key = strings.Clone(key)
+			h.n.Add(1)
+		}
+		h.m[k] = tat
+	}
+}
+
+// floor returns how far ahead of now (ms) the local slots of key run, 0 if
+// they have passed or there are none; a passed entry is dropped.
+func (h *handoff) floor(d *dim, key string, now float64) float64 {
+	if h.n.Load() == 0 {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := handoffKey{d, key}
+	tat, ok := h.m[k]
+	if !ok {
+		return 0
+	}
+	if tat <= now {
+		delete(h.m, k)
+		h.n.Add(-1)
+		return 0
+	}
+	return tat - now
+}
+
+// done forgets key's local slots: Redis has admitted a reservation after them.
+func (h *handoff) done(d *dim, key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.m[handoffKey{d, key}]; ok {
+		delete(h.m, handoffKey{d, key})
+		h.n.Add(-1)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
 )
@@ -41,7 +42,7 @@ func scenarios() []scenario {
 			return New(store, rate, append([]Option{WithClock(clock), WithAlgorithm(alg), WithPrefix(prefix)}, extra...)...)
 		}
 	}
-	account := func(key string) string { return "acct:" + key[:1] }
+	account := func(key string) string { return "acct:" + key[:min(1, len(key))] }
 	return []scenario{
 		{"leaky 7/3s", with(LeakyBucket, Rate{Count: 7, Period: 3 * time.Second}, WithMaxQueue(5*time.Second))},
 		{"leaky 10/s burst 3", with(LeakyBucket, PerSecond(10).WithBurst(3), WithMaxQueue(2*time.Second))},
@@ -195,5 +196,78 @@ func TestRedisKeysAreEscaped(t *testing.T) {
 	}
 	if escape(`a\(`) == escape(`a{`) {
 		t.Fatal("escaping is not one to one")
+	}
+}
+
+// collidingKeys are keys built to collide under a careless encoding: the
+// pause suffix, the separators, braces that would choose a slot, escapes,
+// and the empty key (an empty hash tag is ignored by Redis Cluster).
+var collidingKeys = []string{"x", "x:p", `x\;p`, ":p", "p", "", "{", "}", "{x}", `\(x\)`, "a:b", `a\:b`, "x\\"}
+
+// edgeRun drives s through edge inputs and returns the transcript: every
+// cost from 1 to the largest admissible + 2 (or its neighbourhood when that
+// is large), first on a cold key, then on the same key again (now at or
+// past its MaxQueue boundary), then with Allow; and one reservation on each
+// of the colliding keys, which must all behave as distinct cold keys.
+func edgeRun(s *Shaper, clock interface{ Advance(time.Duration) }) []string {
+	maxCost := int64(1 << 53)
+	for _, d := range s.dims {
+		if d.cost == nil {
+			maxCost = min(maxCost, algorithms.MaxCost(d.alg))
+		}
+	}
+	var costs []int64
+	for c := int64(1); c <= min(maxCost+2, 24); c++ {
+		costs = append(costs, c)
+	}
+	for c := max(maxCost-2, 25); c <= maxCost+2; c++ {
+		costs = append(costs, c)
+	}
+	var out []string
+	for _, c := range costs {
+		key := fmt.Sprintf("cost%d", c)
+		for try := range 2 {
+			r, err := s.Reserve(bg, key, c)
+			out = append(out, fmt.Sprintf("reserve %s #%d (max %d): %v %v", key, try, maxCost, r.Delay, errText(err)))
+		}
+		ok, err := s.Allow(bg, "allow"+key, c)
+		out = append(out, fmt.Sprintf("allow %d: %v %v", c, ok, errText(err)))
+		clock.Advance(7 * time.Millisecond)
+	}
+	for _, key := range collidingKeys {
+		r, err := s.Reserve(bg, key, 1)
+		out = append(out, fmt.Sprintf("reserve %q: %v %v", key, r.Delay, errText(err)))
+	}
+	return out
+}
+
+// The memory store, a single node and the cluster give the same outcome for
+// edge inputs: costs at and past every algorithm's admissibility boundary,
+// keys at the MaxQueue boundary, and keys built to collide.
+func TestEdgeInputsAreTheSameOnEveryStore(t *testing.T) {
+	t.Parallel()
+	_, single := redisClient(t)
+	cluster := redistest.StartCluster(t).Client(t)
+	for i, sc := range scenarios() {
+		prefix := fmt.Sprintf("edge%d:", i)
+		memClock := timer.NewFake(t0)
+		ms, err := sc.make(NewMemoryStore(WithSweepInterval(0)), memClock, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := edgeRun(ms, memClock)
+		for _, client := range []redis.UniversalClient{single, cluster} {
+			clock := timer.NewFake(t0)
+			rs, err := sc.make(NewRedisStore(client, WithClientClock(), WithTimeout(slowMachine)), clock, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := edgeRun(rs, clock)
+			for j := range want {
+				if got[j] != want[j] {
+					t.Fatalf("%s on %T: step %d\n memory: %s\n  redis: %s", sc.name, client, j, want[j], got[j])
+				}
+			}
+		}
 	}
 }
