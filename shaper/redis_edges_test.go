@@ -544,7 +544,7 @@ func TestRedisFailLocalHandsTheScheduleOver(t *testing.T) {
 	for range 3 {
 		reserve(true)
 	}
-	srv.Restart() // back, and empty
+	srv.Restart()                      // back, and empty
 	time.Sleep(600 * time.Millisecond) // the judgement of down expires; the next call probes
 	for range 3 {
 		reserve(false)
