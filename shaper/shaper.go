@@ -54,11 +54,12 @@ type Shaper struct {
 	// served by concrete calls (mem.reserveTAT), with no interface dispatch
 	// and the decision written once.
 	mem *MemoryStore
-	// remote: the store is not this process's memory (Redis). Its decision
-	// is made on another clock and returned after a round trip, so a
-	// reservation's delay counts from a clock reading taken after the reply:
-	// a departure is then never earlier than its slot on the store's
-	// timeline, however long the call took.
+	// remote: the store decides on another clock (a RedisStore on Redis
+	// TIME) and answers after a round trip, so a reservation's delay counts
+	// from a clock reading taken after the reply: a departure is then never
+	// earlier than its slot on the store's timeline, however long the call
+	// took. A store on the shaper's own clock (memory, WithClientClock)
+	// decides at the now it is given, and the delay counts from that now.
 	remote    bool
 	gcraAllow *algorithms.GCRA // dims[0].allow as a *GCRA (dims[0].gcra is the main one)
 	single    bool             // one dimension, no Key or Cost mapping
@@ -165,8 +166,9 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 		s.dims = append(s.dims, d)
 	}
 	s.single = len(s.dims) == 1 && s.dims[0].key == nil && s.dims[0].cost == nil
-	_, inMemory := store.(*MemoryStore)
-	s.remote = !inMemory
+	if rs, ok := store.(*RedisStore); ok {
+		s.remote = !rs.clientClock
+	}
 	if m, ok := store.(*MemoryStore); ok && s.single && s.dims[0].gcra != nil {
 		s.mem = m
 		s.gcraAllow, _ = s.dims[0].allow.(*algorithms.GCRA)
@@ -287,21 +289,23 @@ func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool, de
 	ms := algorithms.Millis(now)
 	if !tracing.Load() { // programs that never trace: no timer, no context lookup
 		sl, err := s.reserveOne(ctx, allow, key, cost, ms, dec)
-		sl.now = s.anchor(now)
+		sl.now = s.anchor(now, sl.local)
 		return sl, err
 	}
 	st := startStore(ctx)
 	sl, err := s.reserveOne(ctx, allow, key, cost, ms, dec)
 	st.done("reserve", err)
-	sl.now = s.anchor(now)
+	sl.now = s.anchor(now, sl.local)
 	return sl, err
 }
 
-// anchor returns the instant a decision made at now counts its delay from:
-// now itself in this process's memory, a clock reading taken after the reply
-// for a remote store (see Shaper.remote).
-func (s *Shaper) anchor(now time.Time) time.Time {
-	if s.remote {
+// anchor returns the instant a decision asked for at now counts its delay
+// from: now itself when the store decided on the shaper's clock at now; a
+// clock reading taken after the answer when it decided on another clock
+// (see Shaper.remote), or when a failure policy decided locally at a later
+// instant (after a call that failed).
+func (s *Shaper) anchor(now time.Time, local bool) time.Time {
+	if s.remote || local {
 		return s.cfg.clock.Now()
 	}
 	return now
@@ -396,7 +400,7 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 	if err != nil {
 		return outcome{}, err
 	}
-	now = s.anchor(now)
+	now = s.anchor(now, req.local)
 	o := outcome{now: now, dec: req.dec.Decision}
 	if b := req.dec.Binding; b < 0 {
 		o.binding = "pause"
