@@ -36,9 +36,7 @@ if got[1] then
   if not tat or tat ~= tat or tat == math.huge or tat == -math.huge then
     return redis.error_reply('TKSTATE 0 holds a corrupt state')
   end
-elseif redis.call('EXISTS', KEYS[1]) == 1 then -- MGET reads another type as nil: never overwrite it
-  return redis.error_reply('TKSTATE 0 holds a value of another type')
-end
+end -- MGET reads a key of another type as nil: the SET below refuses to overwrite it
 if ARGV[6] and ARGV[6] ~= '' then
   local f = now + tonumber(ARGV[6])
   if not tat or f > tat then tat = f end
@@ -66,5 +64,13 @@ if v > base then base = v end
 local next_tat = now + (base + tc)
 local ttl = math.ceil(next_tat - now) -- the time until the key is cold, as reserve.lua's status gives it
 if ttl < 1 then ttl = 1 end
-redis.call('SET', KEYS[1], string.format('%.17g', next_tat), 'PX', ttl)
+-- SET ... GET (Redis 6.2+) aborts, writing nothing, when the key holds another
+-- type: the check costs no extra call.
+local set = redis.pcall('SET', KEYS[1], string.format('%.17g', next_tat), 'PX', ttl, 'GET')
+if type(set) == 'table' and set.err then
+  if string.sub(set.err, 1, 9) == 'WRONGTYPE' then
+    return redis.error_reply('TKSTATE 0 holds a value of another type')
+  end
+  return redis.error_reply(set.err)
+end
 return {'1', bind, sec, usec, stored, paused}
