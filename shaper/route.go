@@ -10,7 +10,8 @@ import (
 // host, per tenant tier) behind the one Reserver that a transport, a queue or
 // otel.Wrap takes. pick is called on every call, so it should be a map lookup
 // or a switch, and must be safe for concurrent use. A key it returns nil for
-// fails with a *KeyError (errors.Is ErrInvalidKey), and nothing is reserved.
+// (a nil Reserver, or a nil *Shaper from a map lookup that missed) fails with
+// a *KeyError (errors.Is ErrInvalidKey), and nothing is reserved.
 //
 // Each Reserver keeps its own budget: two keys routed to one Shaper share its
 // contract per key as that Shaper does, never across Reservers.
@@ -26,7 +27,8 @@ func (r *router) to(key string) (Reserver, error) {
 	if r.pick == nil {
 		return nil, &ConfigError{Algorithm: "route", Field: "pick", Value: nil, Reason: "must not be nil"}
 	}
-	if to := r.pick(key); to != nil {
+	to := r.pick(key)
+	if s, ok := to.(*Shaper); to != nil && (!ok || s != nil) { // a typed nil *Shaper is a missed lookup too
 		return to, nil
 	}
 	shown := key

@@ -130,8 +130,17 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	if store == nil {
+	switch st := store.(type) { // a nil interface, or a typed nil behind it
+	case nil:
 		return nil, &ConfigError{Algorithm: "shaper", Field: "Store", Value: nil, Reason: "must not be nil (use NewMemoryStore)"}
+	case *MemoryStore:
+		if st == nil {
+			return nil, &ConfigError{Algorithm: "shaper", Field: "Store", Value: "(*MemoryStore)(nil)", Reason: "must not be nil (use NewMemoryStore)"}
+		}
+	case *RedisStore:
+		if st == nil {
+			return nil, &ConfigError{Algorithm: "shaper", Field: "Store", Value: "(*RedisStore)(nil)", Reason: "must not be nil (use NewRedisStore)"}
+		}
 	}
 	if cfg.prefix == "" {
 		cfg.prefix = "tk:" + cfg.name + ":"
@@ -176,11 +185,26 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 	return s, nil
 }
 
-// Name returns the name given with WithName.
-func (s *Shaper) Name() string { return s.cfg.name }
+// Name returns the name given with WithName ("" for a nil *Shaper).
+func (s *Shaper) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.cfg.name
+}
 
-// MaxQueue returns the longest wait the shaper grants.
-func (s *Shaper) MaxQueue() time.Duration { return s.cfg.maxQueue }
+// MaxQueue returns the longest wait the shaper grants (0 for a nil *Shaper).
+func (s *Shaper) MaxQueue() time.Duration {
+	if s == nil {
+		return 0
+	}
+	return s.cfg.maxQueue
+}
+
+// errNilShaper is what every method of a nil *Shaper returns: a typed nil
+// behind a Reserver (a missed map lookup in a Route's pick, say) fails each
+// call with a *ConfigError instead of panicking.
+var errNilShaper = &ConfigError{Algorithm: "shaper", Field: "Shaper", Value: nil, Reason: "method called on a nil *Shaper (use New or All)"}
 
 // Reservation is a departure slot granted by Reserve. The caller should
 // depart after Delay (at Time()); if it will not, Cancel gives the slot back
@@ -448,6 +472,9 @@ func (s *Shaper) queueFull(key string, retryAfter time.Duration, binding string)
 //
 // A ctx that is already done returns ctx.Err() and consumes nothing.
 func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservation, error) {
+	if s == nil {
+		return Reservation{}, errNilShaper
+	}
 	if s.simple() { // the hot path: the decision written once, the Reservation built in place
 		var dec algorithms.Decision
 		sl, err := s.one(ctx, key, cost, false, &dec)
@@ -472,6 +499,9 @@ func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservati
 // Allow reports whether cost units on key may depart now, and consumes them if
 // so. It never waits and never queues, whatever the algorithm.
 func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error) {
+	if s == nil {
+		return false, errNilShaper
+	}
 	if s.simple() {
 		var dec algorithms.Decision
 		_, err := s.one(ctx, key, cost, true, &dec)
@@ -502,6 +532,9 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 // the request would be admitted, with a little jitter so that waiters do not
 // stampede, and tries again, for at most MaxQueue in all.
 func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
+	if s == nil {
+		return errNilShaper
+	}
 	if !s.queues {
 		return s.waitRetry(ctx, key, cost)
 	}
@@ -635,6 +668,12 @@ func (s *Shaper) sleepUntil(ctx context.Context, t time.Time) error {
 // Reset forgets key: its next request is treated as the first. In a
 // multi-dimension shaper it forgets the key in every dimension.
 func (s *Shaper) Reset(ctx context.Context, key string) error {
+	if s == nil {
+		return errNilShaper
+	}
+	if err := ctx.Err(); err != nil { // a done ctx erases nothing
+		return err
+	}
 	dims, keys, err := s.keys(key)
 	if err != nil {
 		return err
@@ -658,6 +697,9 @@ const MaxPause = 366 * 24 * time.Hour
 // store. A d <= 0 does nothing; a d above MaxPause is refused with a
 // *ConfigError.
 func (s *Shaper) Pause(ctx context.Context, key string, d time.Duration) error {
+	if s == nil {
+		return errNilShaper
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

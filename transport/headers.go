@@ -115,6 +115,8 @@ func resetIn(v string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	switch {
+	case f >= 1e17: // past what a Unix time in milliseconds can say: absurdly far, the caller's cap applies
+		return math.MaxInt64, true
 	case f > 1e12:
 		return max(0, time.UnixMilli(int64(f)).Sub(now)), true
 	case f > 1e9:

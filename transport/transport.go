@@ -61,8 +61,12 @@ func WithMaxWait(d time.Duration) Option { return func(t *Transport) { t.maxWait
 // the request's key (see Shaper.Pause). Feedback only ever slows a key down.
 func WithFeedback(on bool) Option { return func(t *Transport) { t.feedback = on } }
 
-// WithMaxPause caps the pause feedback can impose (default DefaultMaxPause).
-func WithMaxPause(d time.Duration) Option { return func(t *Transport) { t.maxPause = max(d, 0) } }
+// WithMaxPause caps the pause feedback can impose (default DefaultMaxPause;
+// at most shaper.MaxPause, which a larger value is taken to mean). A partner
+// asking for more gets the cap, never nothing.
+func WithMaxPause(d time.Duration) Option {
+	return func(t *Transport) { t.maxPause = min(max(d, 0), shaper.MaxPause) }
+}
 
 // New returns an http.RoundTripper that waits for a departure slot on r before
 // sending each request through the base transport.
@@ -151,7 +155,7 @@ func (t *Transport) learn(ctx context.Context, key string, resp *http.Response) 
 	if d, ok := RateLimitPause(resp.Header, now); ok {
 		pause = max(pause, d)
 	}
-	if pause = min(pause, t.maxPause); pause > 0 {
+	if pause = min(pause, t.maxPause, shaper.MaxPause); pause > 0 {
 		// The caller's ctx may end with this response; the pause must not.
 		_ = t.r.Pause(context.WithoutCancel(ctx), key, pause)
 	}
