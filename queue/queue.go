@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/shaper"
@@ -31,14 +32,43 @@ type Job struct {
 	Run  func(ctx context.Context) error
 }
 
-// PanicError reports a job that panicked. The queue recovers and lives on.
+// PanicError reports a job that panicked, or that called runtime.Goexit
+// (Goexit is then true and Value is nil). The queue recovers and lives on.
 type PanicError struct {
-	Value any
-	Stack []byte
+	Value  any
+	Goexit bool
+	Stack  []byte
 }
 
 // Error describes the panic.
-func (e *PanicError) Error() string { return fmt.Sprintf("throttlekit: job panicked: %v", e.Value) }
+func (e *PanicError) Error() string {
+	if e.Goexit {
+		return "throttlekit: job called runtime.Goexit"
+	}
+	return fmt.Sprintf("throttlekit: job panicked: %v", e.Value)
+}
+
+// CloseError is what Close returns when its ctx ended before the queue had
+// drained. It matches the ctx's error (errors.Is(err,
+// context.DeadlineExceeded)).
+type CloseError struct {
+	// Withdrawn is how many accepted jobs had not started: their slots were
+	// given back and their submitters told ErrClosed.
+	Withdrawn int
+	// Running is how many jobs were still running when Close returned. Their
+	// ctx is cancelled (its cause is ErrClosed); each reports its own result
+	// when it returns.
+	Running int
+	Err     error // the ctx's error
+}
+
+// Error says what Close left behind.
+func (e *CloseError) Error() string {
+	return fmt.Sprintf("throttlekit: queue closed before draining (%v): %d jobs withdrawn, %d still running with their ctx cancelled", e.Err, e.Withdrawn, e.Running)
+}
+
+// Unwrap returns the ctx's error.
+func (e *CloseError) Unwrap() error { return e.Err }
 
 // Queue runs jobs at their departure times under a concurrency cap. Create it
 // with New; it is safe for concurrent use.
@@ -49,15 +79,18 @@ type Queue struct {
 	maxPending int
 	onError    func(Job, error)
 
-	mu      sync.Mutex
-	pending jobHeap
-	seq     uint64
-	closing bool
+	mu       sync.Mutex
+	pending  jobHeap
+	reserved int // Submits past the WithMaxPending check, not yet in pending
+	seq      uint64
+	closing  bool
 	wake    chan struct{}   // nudges the dispatcher
 	stop    context.Context // done when the dispatcher must give up
 	giveUp  context.CancelFunc
 	done    chan struct{} // closed when the dispatcher has exited
 	running sync.WaitGroup
+	nrun    atomic.Int64 // jobs running now
+	dropped atomic.Int64 // jobs due when Close gave up, with every worker busy
 }
 
 // Option configures New.
@@ -155,17 +188,22 @@ func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item,
 		q.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if q.maxPending > 0 && q.pending.Len() >= q.maxPending {
+	// The cap counts the Submits still reserving, so that it holds however
+	// many arrive at once.
+	if q.maxPending > 0 && q.pending.Len()+q.reserved >= q.maxPending {
 		q.mu.Unlock()
 		return nil, ErrFull
 	}
+	q.reserved++
 	q.mu.Unlock()
 	res, err := q.r.Reserve(ctx, job.Key, job.Cost)
+	q.mu.Lock()
+	q.reserved--
 	if err != nil {
+		q.mu.Unlock()
 		return nil, err
 	}
 	it := &item{job: job, at: time.Now().Add(res.Delay), res: res, ctx: ctx, result: result}
-	q.mu.Lock()
 	if q.closing { // Close began while we reserved
 		q.mu.Unlock()
 		_ = res.Cancel(context.WithoutCancel(ctx))
@@ -252,56 +290,87 @@ func (q *Queue) dispatch() {
 		next.stopCh()                                    // it starts now: its ctx no longer withdraws it
 		if err := q.sem.Acquire(q.stop, 1); err != nil { // Close gave up while every worker was busy
 			_ = next.res.Cancel(context.WithoutCancel(next.ctx))
+			q.dropped.Add(1)
 			q.report(next, ErrClosed)
 			continue
 		}
 		q.running.Add(1)
+		q.nrun.Add(1)
 		go q.run(next)
 	}
 }
 
+// run runs one job with a ctx that Close cancels if it gives up waiting.
+// A panic and a runtime.Goexit in the job are reported as a *PanicError;
+// either way the worker is released and the submitter hears of it.
 func (q *Queue) run(it *item) {
 	defer q.running.Done()
 	defer q.sem.Release(1)
+	defer q.nrun.Add(-1)
+	ctx, cancel := context.WithCancelCause(it.ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(q.stop, func() { cancel(ErrClosed) })
+	defer stop()
 	var err error
+	returned := false
+	defer func() {
+		if !returned { // runtime.Goexit: only the deferred calls run
+			err = &PanicError{Goexit: true, Stack: debug.Stack()}
+		}
+		q.report(it, err)
+	}()
 	func() {
 		defer func() {
 			if v := recover(); v != nil {
 				err = &PanicError{Value: v, Stack: debug.Stack()}
 			}
 		}()
-		err = it.job.Run(it.ctx)
+		err = it.job.Run(ctx)
 	}()
-	q.report(it, err)
+	returned = true
 }
 
 // Close stops intake and drains: every accepted job runs at its departure
-// time. If ctx ends first, the jobs that have not started are withdrawn
-// (their slots given back, ErrClosed reported to their submitters), running
-// jobs are waited for, and Close returns ctx.Err(). No job is dropped
-// silently, and no goroutine outlives Close. Close may be called once.
+// time, and Close returns nil once all have returned. If ctx ends first,
+// Close returns at once with a *CloseError (which matches ctx's error): the
+// jobs that have not started are withdrawn (their slots given back, ErrClosed
+// reported to their submitters), and the running jobs' ctx is cancelled
+// (cause ErrClosed); the error says how many were still running. Each of
+// those reports its own result when it returns; a job that ignores its ctx
+// keeps its goroutine until then. No job is dropped silently. Close may be
+// called once.
 func (q *Queue) Close(ctx context.Context) error {
 	q.mu.Lock()
 	q.closing = true
 	q.mu.Unlock()
 	q.nudge()
-	var err error
-	select {
-	case <-q.done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		q.giveUp()
+	drained := make(chan struct{})
+	go func() {
 		<-q.done
-		q.mu.Lock()
-		left := append([]*item(nil), q.pending...)
-		q.mu.Unlock()
-		for _, it := range left {
-			q.withdraw(it, ErrClosed)
-		}
+		q.running.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+		q.giveUp()
+		return nil
+	case <-ctx.Done():
 	}
-	q.running.Wait()
-	q.giveUp()
-	return err
+	q.giveUp() // the dispatcher exits, and running jobs' ctx is cancelled
+	<-q.done
+	q.mu.Lock()
+	left := append([]*item(nil), q.pending...)
+	q.mu.Unlock()
+	for _, it := range left {
+		q.withdraw(it, ErrClosed)
+	}
+	withdrawn := len(left) + int(q.dropped.Load())
+	select {
+	case <-drained:
+		return &CloseError{Withdrawn: withdrawn, Err: ctx.Err()}
+	default:
+	}
+	return &CloseError{Withdrawn: withdrawn, Running: int(q.nrun.Load()), Err: ctx.Err()}
 }
 
 // Pending returns how many jobs are waiting for their departure.
