@@ -127,7 +127,9 @@ func TestGoexitIsReportedLikeAPanic(t *testing.T) {
 	q := New(newShaper(t, shaper.PerSecond(1000)), WithWorkers(1), WithErrorHandler(func(_ Job, err error) { reported <- err }))
 	defer func() { _ = q.Close(context.Background()) }()
 	done := make(chan error, 1)
-	go func() { done <- q.Do(context.Background(), Job{Key: "k", Run: func(context.Context) error { runtime.Goexit(); return nil }}) }()
+	go func() {
+		done <- q.Do(context.Background(), Job{Key: "k", Run: func(context.Context) error { runtime.Goexit(); return nil }})
+	}()
 	var pe *PanicError
 	select {
 	case err := <-done:

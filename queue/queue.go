@@ -84,13 +84,13 @@ type Queue struct {
 	reserved int // Submits past the WithMaxPending check, not yet in pending
 	seq      uint64
 	closing  bool
-	wake    chan struct{}   // nudges the dispatcher
-	stop    context.Context // done when the dispatcher must give up
-	giveUp  context.CancelFunc
-	done    chan struct{} // closed when the dispatcher has exited
-	running sync.WaitGroup
-	nrun    atomic.Int64 // jobs running now
-	dropped atomic.Int64 // jobs due when Close gave up, with every worker busy
+	wake     chan struct{}   // nudges the dispatcher
+	stop     context.Context // done when the dispatcher must give up
+	giveUp   context.CancelFunc
+	done     chan struct{} // closed when the dispatcher has exited
+	running  sync.WaitGroup
+	nrun     atomic.Int64 // jobs running now
+	dropped  atomic.Int64 // jobs due when Close gave up, with every worker busy
 }
 
 // Option configures New.
