@@ -74,13 +74,15 @@ type memSpace struct {
 	gcra   *algorithms.GCRA  // non-nil: states are bare TATs in slab
 	index  map[string]uint32 // key -> its TAT's index in slab
 	slab   []float64         // TATs; the slots in free are unused
+	gens   []uint32          // per slab slot, the generation of its last reservation (see grant)
 	free   []uint32          // slab slots of evicted keys, reused first
 	states map[string]algorithms.State
 	paused map[string]float64 // pauses are rare: nil until the first
 }
 
-// add stores a new key's TAT; key must already be a clone.
-func (sp *memSpace) add(key string, tat float64) {
+// add stores a new key's TAT and returns its slab slot; key must already be
+// a clone.
+func (sp *memSpace) add(key string, tat float64) uint32 {
 	var i uint32
 	if n := len(sp.free); n > 0 {
 		i, sp.free = sp.free[n-1], sp.free[:n-1]
@@ -88,8 +90,20 @@ func (sp *memSpace) add(key string, tat float64) {
 	} else {
 		i = uint32(len(sp.slab))
 		sp.slab = append(sp.slab, tat)
+		sp.gens = append(sp.gens, 0)
 	}
 	sp.index[key] = i
+	return i
+}
+
+// grant gives a reservation on slab slot i its generation: a number no
+// other reservation on the key has had lately (it wraps after 2^32), so that
+// a Cancel refunds its own slot only, and once. Comparing TATs alone is not
+// enough: after a refund the next reservation stores the very TAT the
+// cancelled one had.
+func (sp *memSpace) grant(i uint32) uint32 {
+	sp.gens[i]++
+	return sp.gens[i]
 }
 
 // drop removes a key of the GCRA family whose slab slot is i.
@@ -111,23 +125,23 @@ func (sp *memSpace) get(key string) (algorithms.State, bool) {
 	return st, ok
 }
 
-// put stores st for key and reports whether the key is new; a new key is
-// cloned so that the map does not pin the caller's buffer.
-func (sp *memSpace) put(key string, st algorithms.State) bool {
+// put stores the state of a reservation for key and reports whether the key
+// is new, and the reservation's generation (GCRA family; 0 otherwise); a new
+// key is cloned so that the map does not pin the caller's buffer.
+func (sp *memSpace) put(key string, st algorithms.State) (bool, uint32) {
 	if sp.gcra != nil {
 		if i, ok := sp.index[key]; ok {
 			sp.slab[i] = st[0]
-			return false
+			return false, sp.grant(i)
 		}
-		sp.add(strings.Clone(key), st[0])
-		return true
+		return true, sp.grant(sp.add(strings.Clone(key), st[0]))
 	}
 	_, ok := sp.states[key]
 	if !ok {
 		key = strings.Clone(key)
 	}
 	sp.states[key] = st
-	return !ok
+	return !ok, 0
 }
 
 // remove deletes key's state and reports whether it held one.
@@ -397,21 +411,21 @@ func (m *MemoryStore) enter(ns uint32, key string, now float64) (*memShard, *mem
 	return sh, m.space(sh, ns)
 }
 
-func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, bool, error) {
+func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, uint32, bool, error) {
 	if g, ok := alg.(*algorithms.GCRA); ok {
 		var dec algorithms.Decision
-		tag, err := m.reserveTAT(d, g, key, cost, now, &dec)
-		return dec, tag, false, err
+		tag, gen, err := m.reserveTAT(d, g, key, cost, now, &dec)
+		return dec, tag, gen, false, err
 	}
 	sh, sp := m.enter(d.memID, key, now)
 	defer sh.mu.Unlock()
 	st, exists := sp.states[key]
 	if !exists && !m.room(sh, now, 1) {
-		return algorithms.Decision{}, 0, false, ErrStoreFull
+		return algorithms.Decision{}, 0, 0, false, ErrStoreFull
 	}
 	next, dec, err := algorithms.ReserveNotBefore(alg, st, now, sp.floor(key, now), cost)
 	if err != nil || !dec.Allowed {
-		return dec, 0, false, err
+		return dec, 0, 0, false, err
 	}
 	switch {
 	case !exists:
@@ -420,14 +434,15 @@ func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorith
 	case len(next) != len(st) || &next[0] != &st[0]:
 		sp.states[key] = next
 	}
-	return dec, next[0], false, nil
+	return dec, next[0], 0, false, nil
 }
 
 // reserveTAT is reserve for the GCRA family (g is d's leaky bucket or its
 // Allow form), whose keys hold a bare TAT: concrete calls, one lookup and
 // one store, and the decision written once, to *dec. The Shaper calls it
-// directly on its hot path. It returns the stored TAT, the reservation's tag.
-func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost int64, now float64, dec *algorithms.Decision) (float64, error) {
+// directly on its hot path. It returns the stored TAT and the generation
+// (see grant): the reservation's tag.
+func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost int64, now float64, dec *algorithms.Decision) (float64, uint32, error) {
 	sh, sp := m.enter(d.memID, key, now)
 	defer sh.mu.Unlock()
 	i, exists := sp.index[key]
@@ -436,19 +451,19 @@ func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost in
 		tat = sp.slab[i]
 	} else if !m.room(sh, now, 1) {
 		*dec = algorithms.Decision{}
-		return 0, ErrStoreFull
+		return 0, 0, ErrStoreFull
 	}
 	next, err := g.ReserveTAT(tat, now, sp.floor(key, now), cost, dec)
 	if err != nil || !dec.Allowed {
-		return 0, err
+		return 0, 0, err
 	}
 	if exists {
 		sp.slab[i] = next
 	} else {
-		sp.add(strings.Clone(key), next) // do not pin the caller's buffer
+		i = sp.add(strings.Clone(key), next) // do not pin the caller's buffer
 		m.keys.Add(1)
 	}
-	return next, nil
+	return next, sp.grant(i), nil
 }
 
 // seedTAT raises key's TAT in d's space to at least tat (the GCRA family
@@ -467,7 +482,7 @@ func (m *MemoryStore) seedTAT(d *dim, key string, tat, now float64) {
 		return
 	}
 	if m.room(sh, now, 1) {
-		sp.add(strings.Clone(key), tat)
+		_ = sp.add(strings.Clone(key), tat)
 		m.keys.Add(1)
 	}
 }
@@ -545,13 +560,14 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	if !dec.Allowed {
 		return nil
 	}
-	req.tags = req.tags[:0] // newMulti's array: no allocation up to four dimensions
+	req.tags, req.gens = req.tags[:0], req.gens[:0] // newMulti's arrays: no allocation up to four dimensions
 	for i := range dims {
 		// Counted by put: room may have evicted an idle key read above.
-		if spaces[i].put(req.keys[i], dims[i].State) {
+		fresh, gen := spaces[i].put(req.keys[i], dims[i].State)
+		if fresh {
 			m.keys.Add(1)
 		}
-		req.tags = append(req.tags, dims[i].State[0])
+		req.tags, req.gens = append(req.tags, dims[i].State[0]), append(req.gens, gen)
 	}
 	return nil
 }
@@ -566,13 +582,20 @@ func (m *MemoryStore) each(dims []*dim, keys []string, f func(sh *memShard, sp *
 	}
 }
 
-func (m *MemoryStore) cancel(_ context.Context, dims []*dim, keys []string, tags []float64, costs []int64, _ bool) error {
+// cancel refunds each key whose schedule still ends with this very
+// reservation: its TAT and its generation both match. A refund bumps the
+// generation, so a second Cancel of the same reservation (a copy of it)
+// refunds nothing, even after a newer reservation stored the same TAT.
+func (m *MemoryStore) cancel(_ context.Context, dims []*dim, keys []string, tags []float64, gens []uint32, costs []int64, _ bool) error {
 	m.each(dims, keys, func(_ *memShard, sp *memSpace, d *dim, i int) {
-		if d.gcra == nil { // only the GCRA family refunds; its keys are bare TATs
+		if d.gcra == nil || sp.gcra == nil { // only the GCRA family refunds; its keys are bare TATs
 			return
 		}
-		if j, ok := sp.index[keys[i]]; ok {
-			sp.slab[j], _ = d.gcra.CancelTAT(sp.slab[j], tags[i], costs[i])
+		if j, ok := sp.index[keys[i]]; ok && sp.gens[j] == gens[i] {
+			var refunded bool
+			if sp.slab[j], refunded = d.gcra.CancelTAT(sp.slab[j], tags[i], costs[i]); refunded {
+				sp.gens[j]++
+			}
 		}
 	})
 	return nil

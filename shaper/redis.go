@@ -414,17 +414,20 @@ func (r *RedisStore) degrade(ctx context.Context, op string) {
 	traceDegraded(ctx, op)
 }
 
-func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, bool, error) {
+func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, uint32, bool, error) {
 	req := newMulti(1, now)
 	req.dims, req.algs, req.keys, req.costs = append(req.dims, d), append(req.algs, alg), append(req.keys, key), append(req.costs, cost)
 	if err := r.reserveAll(ctx, req); err != nil {
-		return algorithms.Decision{}, 0, false, err
+		return algorithms.Decision{}, 0, 0, false, err
 	}
-	tag := 0.0
+	tag, gen := 0.0, uint32(0)
 	if len(req.tags) > 0 {
 		tag = req.tags[0]
 	}
-	return req.dec.Decision, tag, req.local, nil
+	if len(req.gens) > 0 { // a local slot's generation
+		gen = req.gens[0]
+	}
+	return req.dec.Decision, tag, gen, req.local, nil
 }
 
 func (r *RedisStore) reserveAll(ctx context.Context, req *multi) error {
@@ -489,7 +492,7 @@ func (r *RedisStore) serve(ctx context.Context, req *multi, cause error) error {
 	if err := r.local.reserveAll(ctx, &local); err != nil {
 		return err
 	}
-	req.dec, req.tags = local.dec, local.tags
+	req.dec, req.tags, req.gens = local.dec, local.tags, local.gens
 	if req.dec.Allowed && len(req.dims) == 1 && req.dims[0].gcra != nil && len(req.tags) == 1 {
 		r.handoff.granted(req.dims[0], req.keys[0], req.tags[0])
 	}
@@ -584,12 +587,12 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, g 
 	return nil
 }
 
-func (r *RedisStore) cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, costs []int64, local bool) error {
+func (r *RedisStore) cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, gens []uint32, costs []int64, local bool) error {
 	if local { // a slot the policy granted: the local store refunds it (FailOpen granted nothing to refund)
-		if r.local == nil || tags == nil {
+		if r.local == nil || tags == nil || len(gens) != len(tags) {
 			return nil
 		}
-		return r.local.cancel(ctx, r.twins(dims), keys, tags, costs, false)
+		return r.local.cancel(ctx, r.twins(dims), keys, tags, gens, costs, false)
 	}
 	var rk []string
 	var args []any

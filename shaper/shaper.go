@@ -219,26 +219,33 @@ type Reservation struct {
 	cost  int64
 	tag   float64
 	m     *multi
-	local bool // granted by the Redis store's failure policy
+	gen   uint32 // the store's generation of the slot (see MemoryStore.cancel)
+	local bool   // granted by the Redis store's failure policy
 	done  bool
 }
 
 // Time returns the departure instant on the shaper's clock.
 func (r *Reservation) Time() time.Time { return r.now.Add(r.Delay) }
 
-// Cancel gives the slot back if the key's schedule still ends with this
-// reservation (nothing reserved after it depends on it); otherwise it does
-// nothing, so the contract is never exceeded. Only the leaky bucket and GCRA
-// can refund; for the other algorithms Cancel does nothing. Cancelling twice,
-// or cancelling the zero Reservation, does nothing.
+// Cancel gives the slot back if its time has not passed and the key's
+// schedule still ends with this reservation (nothing reserved after it
+// depends on it); otherwise it does nothing, so the contract is never
+// exceeded. Once the slot's time has passed the caller may have departed,
+// and nothing is refunded (as x/time/rate). Only the leaky bucket and GCRA
+// can refund; for the other algorithms Cancel does nothing. A reservation
+// refunds at most once, however many copies of it are cancelled; cancelling
+// the zero Reservation does nothing.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	if r.s == nil || r.done {
 		return nil
 	}
 	r.done = true
+	if r.s.cfg.clock.Now().After(r.Time()) {
+		return nil
+	}
 	if r.m != nil {
 		st := startStore(ctx)
-		err := r.s.store.cancel(ctx, r.m.dims, r.m.keys, r.m.tags, r.m.costs, r.m.local)
+		err := r.s.store.cancel(ctx, r.m.dims, r.m.keys, r.m.tags, r.m.gens, r.m.costs, r.m.local)
 		st.done("cancel", err)
 		return err
 	}
@@ -247,7 +254,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		return nil
 	}
 	st := startStore(ctx)
-	err := r.s.store.cancel(ctx, r.s.dims[:1], []string{r.key}, []float64{r.tag}, []int64{r.cost}, r.local)
+	err := r.s.store.cancel(ctx, r.s.dims[:1], []string{r.key}, []float64{r.tag}, []uint32{r.gen}, []int64{r.cost}, r.local)
 	st.done("cancel", err)
 	return err
 }
@@ -294,33 +301,25 @@ func validCost(d *dim, alg algorithms.Algorithm, key string, cost int64) error {
 	return err
 }
 
-// slot is where one's decision was made: the clock reading its delay counts
-// from, the reservation's tag, and whether a failure policy granted it.
-type slot struct {
-	now   time.Time
-	tag   float64
-	local bool
-}
-
 // one runs one transition on the single-key fast path, writing the decision
-// to *dec (the caller's stack: a Decision is not copied through the calls);
-// allow chooses the non-waiting transition. It never sleeps.
-func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool, dec *algorithms.Decision) (slot, error) {
-	now, err := s.check(ctx, key, cost)
-	if err != nil {
-		return slot{now: now}, err
+// to *dec (the caller's: a Decision is not copied through the calls). It
+// returns what the Reservation needs besides the decision, as scalars that
+// travel in registers: the instant the delay counts from, the tag, the
+// generation and whether a failure policy granted the slot. allow chooses
+// the non-waiting transition. It never sleeps.
+func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool, dec *algorithms.Decision) (now time.Time, tag float64, gen uint32, local bool, err error) {
+	if now, err = s.check(ctx, key, cost); err != nil {
+		return now, 0, 0, false, err
 	}
 	ms := algorithms.Millis(now)
 	if !tracing.Load() { // programs that never trace: no timer, no context lookup
-		sl, err := s.reserveOne(ctx, allow, key, cost, ms, dec)
-		sl.now = s.anchor(now, sl.local)
-		return sl, err
+		tag, gen, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
+	} else {
+		st := startStore(ctx)
+		tag, gen, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
+		st.done("reserve", err)
 	}
-	st := startStore(ctx)
-	sl, err := s.reserveOne(ctx, allow, key, cost, ms, dec)
-	st.done("reserve", err)
-	sl.now = s.anchor(now, sl.local)
-	return sl, err
+	return s.anchor(now, local), tag, gen, local, err
 }
 
 // anchor returns the instant a decision asked for at now counts its delay
@@ -338,20 +337,20 @@ func (s *Shaper) anchor(now time.Time, local bool) time.Time {
 // reserveOne is one's store call. On a MemoryStore the GCRA family goes
 // through concrete calls (mem.reserveTAT), which check the cost themselves;
 // every other store through the Store interface, after the cost is checked.
-func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms float64, dec *algorithms.Decision) (slot, error) {
+func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms float64, dec *algorithms.Decision) (tag float64, gen uint32, local bool, err error) {
 	d := s.dims[0]
 	if s.mem != nil {
 		g := d.gcra
 		if allow {
 			g = s.gcraAllow
 		}
-		tag, err := s.mem.reserveTAT(d, g, key, cost, ms, dec)
+		tag, gen, err = s.mem.reserveTAT(d, g, key, cost, ms, dec)
 		if err != nil {
 			if ce, ok := err.(*CostError); ok { // named as every store names it
 				err = &CostError{Algorithm: ce.Algorithm, Cost: ce.Cost, Reason: ce.Reason, Key: key, Dimension: d.name}
 			}
 		}
-		return slot{tag: tag}, err
+		return tag, gen, false, err
 	}
 	alg := d.alg
 	if allow {
@@ -359,12 +358,10 @@ func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost in
 	}
 	if err := validCost(d, alg, key, cost); err != nil {
 		*dec = algorithms.Decision{}
-		return slot{}, err
+		return 0, 0, false, err
 	}
-	var sl slot
-	var err error
-	*dec, sl.tag, sl.local, err = s.store.reserve(ctx, d, alg, key, cost, ms)
-	return sl, err
+	*dec, tag, gen, local, err = s.store.reserve(ctx, d, alg, key, cost, ms)
+	return tag, gen, local, err
 }
 
 // decide runs one transition for key and cost at the clock's now, on either
@@ -372,11 +369,11 @@ func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost in
 func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool) (outcome, error) {
 	if s.simple() {
 		var dec algorithms.Decision
-		sl, err := s.one(ctx, key, cost, allow, &dec)
+		now, tag, gen, local, err := s.one(ctx, key, cost, allow, &dec)
 		if err != nil || !dec.Allowed {
-			return outcome{now: sl.now, dec: dec}, err
+			return outcome{now: now, dec: dec}, err
 		}
-		return outcome{now: sl.now, dec: dec, res: Reservation{Delay: dec.Delay, s: s, now: sl.now, key: key, cost: cost, tag: sl.tag, local: sl.local}}, nil
+		return outcome{now: now, dec: dec, res: Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag, gen: gen, local: local}}, nil
 	}
 	now, err := s.check(ctx, key, cost)
 	if err != nil {
@@ -477,14 +474,14 @@ func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservati
 	}
 	if s.simple() { // the hot path: the decision written once, the Reservation built in place
 		var dec algorithms.Decision
-		sl, err := s.one(ctx, key, cost, false, &dec)
+		now, tag, gen, local, err := s.one(ctx, key, cost, false, &dec)
 		if err != nil {
 			return Reservation{}, err
 		}
 		if !dec.Allowed {
 			return Reservation{}, s.queueFull(key, dec.RetryAfter, "")
 		}
-		return Reservation{Delay: dec.Delay, s: s, now: sl.now, key: key, cost: cost, tag: sl.tag, local: sl.local}, nil
+		return Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag, gen: gen, local: local}, nil
 	}
 	o, err := s.decide(ctx, key, cost, false)
 	if err != nil {
@@ -504,7 +501,7 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 	}
 	if s.simple() {
 		var dec algorithms.Decision
-		_, err := s.one(ctx, key, cost, true, &dec)
+		_, _, _, _, err := s.one(ctx, key, cost, true, &dec)
 		return dec.Allowed && err == nil, err
 	}
 	o, err := s.decide(ctx, key, cost, true)

@@ -18,12 +18,14 @@ type Store interface {
 	bind(d *dim) error
 	// reserve runs one transition on one key. local reports a slot that the
 	// failure policy granted instead of the store (see RedisStore).
-	reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (dec algorithms.Decision, tag float64, local bool, err error)
+	reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (dec algorithms.Decision, tag float64, gen uint32, local bool, err error)
 	// reserveAll runs one transition over several keys, all or nothing.
 	reserveAll(ctx context.Context, req *multi) error
 	// cancel refunds reservations whose keys' schedules still end with them;
-	// local is the reservation's local flag (see reserve).
-	cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, costs []int64, local bool) error
+	// tags and gens are what reserve returned (gen: a store's way to tell
+	// reservations with one TAT apart; 0 where it has none), local the
+	// reservation's local flag.
+	cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, gens []uint32, costs []int64, local bool) error
 	// pause holds every departure on the keys for d ms from now (ms; a store
 	// on the server's clock measures from its own now).
 	pause(ctx context.Context, dims []*dim, keys []string, now, d float64) error
@@ -44,6 +46,7 @@ type multiBuf struct {
 	key  [4]string
 	cost [4]int64
 	tag  [4]float64
+	gen  [4]uint32
 }
 
 // newMulti returns an empty request for up to n dimensions at now: one
@@ -53,7 +56,7 @@ func newMulti(n int, now float64) *multi {
 		return &multi{now: now, dims: make([]*dim, 0, n), algs: make([]algorithms.Algorithm, 0, n), keys: make([]string, 0, n), costs: make([]int64, 0, n)}
 	}
 	b := &multiBuf{}
-	b.multi = multi{now: now, dims: b.d[:0], algs: b.alg[:0], keys: b.key[:0], costs: b.cost[:0], tags: b.tag[:0]}
+	b.multi = multi{now: now, dims: b.d[:0], algs: b.alg[:0], keys: b.key[:0], costs: b.cost[:0], tags: b.tag[:0], gens: b.gen[:0]}
 	return &b.multi
 }
 
@@ -66,5 +69,6 @@ type multi struct {
 
 	dec   algorithms.AllDecision
 	tags  []float64 // per dimension, the first number of its new state (GCRA: the TAT)
+	gens  []uint32  // per dimension, the reservation's generation (memory store, GCRA family)
 	local bool      // granted by the failure policy, not by the store (see RedisStore)
 }
