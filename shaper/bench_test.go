@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"github.com/throttlekit/throttlekit-go/internal/timer"
 	"runtime"
 	"strconv"
 	"testing"
@@ -126,4 +127,57 @@ func BenchmarkReserveAll(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkNewKeyAtTheCap: the cost of a new key in a store at its MaxKeys
+// cap of 1,000,000 keys, when every key is throttled (the new key is
+// refused with ErrStoreFull) and when every key is idle (the new key evicts
+// one), on the fake clock so that the store's state is the same for every
+// call. Each ns/op is one new key.
+func BenchmarkNewKeyAtTheCap(b *testing.B) {
+	const keys = 1_000_000
+	fill := func(b *testing.B) (*Shaper, *timer.Fake) {
+		clock := timer.NewFake(t0)
+		store := NewMemoryStore(WithMaxKeys(keys), WithSweepInterval(0))
+		s, err := New(store, PerMinute(1), WithClock(clock))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range keys {
+			if _, err := s.Reserve(bg, "user:"+strconv.Itoa(i), 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return s, clock
+	}
+	names := make([]string, 1<<20)
+	for i := range names {
+		names[i] = "new:" + strconv.Itoa(i)
+	}
+	b.Run("refused", func(b *testing.B) {
+		s, _ := fill(b)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := s.Reserve(bg, names[i%len(names)], 1); err != ErrStoreFull {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("evicting", func(b *testing.B) {
+		s, clock := fill(b)
+		clock.Advance(time.Hour) // every key idle
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := s.Reserve(bg, names[i%len(names)], 1); err != nil {
+				b.Fatal(err)
+			}
+			i++
+			if i%keys == 0 {
+				clock.Advance(time.Hour) // every old key evicted: the new ones go idle in turn
+			}
+		}
+	})
 }

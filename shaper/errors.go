@@ -37,7 +37,8 @@ var (
 	ErrInvalidState = errors.New("throttlekit: stored state cannot be used")
 
 	// ErrStoreFull is returned by a memory store at its MaxKeys cap when a new
-	// key arrives and no stored key is idle. Existing keys are unaffected.
+	// key (or a new pause) arrives and no stored entry is idle. Nothing is
+	// written; existing keys are unaffected.
 	ErrStoreFull = errors.New("throttlekit: memory store is full (MaxKeys) and no key is idle")
 )
 

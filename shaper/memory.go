@@ -28,9 +28,11 @@ const DefaultSweepInterval = time.Minute
 // follows the keys in use. Idleness is judged at the latest instant any shaper
 // has passed to the store, so shapers sharing a store should share a clock.
 //
-// With WithMaxKeys, a request for a new key when the store is full first
-// evicts idle keys (its own shard's, then, at most every 10 ms, the whole
-// store's); if none is idle it fails with ErrStoreFull. A key that is still
+// With WithMaxKeys, the store holds at most that many entries (a key's state
+// and a key's pause record each count). A new entry when the store is full
+// evicts an idle entry from anywhere in the store; if none is idle it fails
+// with ErrStoreFull. Either costs microseconds, with no scan, however many
+// keys the store holds (BenchmarkNewKeyAtTheCap). A key that is still
 // throttled (or paused) is never evicted, so the cap never loosens a contract.
 //
 // Close stops the sweeper; the store stays usable without it.
@@ -42,8 +44,8 @@ type MemoryStore struct {
 	interval time.Duration
 	err      error
 
-	scanMu    sync.Mutex
-	scannedAt float64 // store time of the last store-wide scan at the cap
+	capMu sync.Mutex // guards capH (see memory_cap.go)
+	capH  capHeap
 
 	nsMu sync.Mutex
 	ns   map[string]*dim                        // prefix -> the first dimension bound to it
@@ -171,15 +173,16 @@ func (sp *memSpace) floor(key string, now float64) float64 {
 	return now
 }
 
-// sweep evicts the idle keys (equivalent to a cold key at now, and not
-// paused) and returns how many it evicted.
+// sweep evicts the idle entries (states equivalent to a cold key at now and
+// not paused, and pauses that have ended) and returns how many it evicted.
 func (sp *memSpace) sweep(now float64) int {
+	n := 0
 	for k, p := range sp.paused {
 		if p <= now {
 			delete(sp.paused, k)
+			n++
 		}
 	}
-	n := 0
 	if sp.gcra != nil {
 		for k, i := range sp.index {
 			if _, reset := sp.gcra.StatusTAT(sp.slab[i], now); reset > 0 {
@@ -209,7 +212,10 @@ func (sp *memSpace) sweep(now float64) int {
 // MemoryOption configures NewMemoryStore.
 type MemoryOption func(*MemoryStore)
 
-// WithMaxKeys caps the number of keys held (0, the default, means no cap).
+// WithMaxKeys caps the number of entries held: a key's state and a key's
+// pause record each count (0, the default, means no cap). At the cap a new
+// entry evicts an idle one from anywhere in the store, or fails with
+// ErrStoreFull if none is idle; see MemoryStore.
 func WithMaxKeys(n int) MemoryOption {
 	return func(m *MemoryStore) {
 		if n < 0 {
@@ -258,7 +264,8 @@ func (m *MemoryStore) Close() error {
 	return nil
 }
 
-// Len returns the number of keys held.
+// Len returns the number of entries held: a key's state and a key's pause
+// record each count, as they do against WithMaxKeys.
 func (m *MemoryStore) Len() int { return int(m.keys.Load()) }
 
 func (m *MemoryStore) sweeper() {
@@ -361,47 +368,6 @@ func (m *MemoryStore) shard(ns uint32, key string) *memShard {
 	return &m.shards[m.shardIndex(ns, key)]
 }
 
-// fullScanEvery bounds how often (in store time, ms) a store at its cap scans
-// every shard for idle keys, so that a flood of new keys against a store full
-// of throttled keys costs one scan, not one per request.
-const fullScanEvery = 10.0
-
-// room reports whether n new keys may be added. At the cap it evicts the idle
-// keys of sh (whose lock the caller holds), then, at most once per
-// fullScanEvery, those of every other shard it can lock without waiting
-// (TryLock: a shard held by another transition is skipped, so this can never
-// deadlock with lockAll's ordered locking).
-func (m *MemoryStore) room(sh *memShard, now float64, n int64) bool {
-	fits := func() bool { return m.keys.Load()+n <= m.maxKeys }
-	if m.maxKeys == 0 || fits() {
-		return true
-	}
-	if m.sweepShard(sh, now); fits() {
-		return true
-	}
-	m.scanMu.Lock()
-	due := now-m.scannedAt >= fullScanEvery
-	if due {
-		m.scannedAt = now
-	}
-	m.scanMu.Unlock()
-	if !due {
-		return false
-	}
-	for i := range m.shards {
-		other := &m.shards[i]
-		if other == sh || !other.mu.TryLock() {
-			continue
-		}
-		m.sweepShard(other, now)
-		other.mu.Unlock()
-		if fits() {
-			return true
-		}
-	}
-	return fits()
-}
-
 // enter locks key's shard, records now as seen by it, and returns the shard
 // with namespace ns's space in it; the caller unlocks sh.mu.
 func (m *MemoryStore) enter(ns uint32, key string, now float64) (*memShard, *memSpace) {
@@ -420,17 +386,19 @@ func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorith
 	sh, sp := m.enter(d.memID, key, now)
 	defer sh.mu.Unlock()
 	st, exists := sp.states[key]
-	if !exists && !m.room(sh, now, 1) {
-		return algorithms.Decision{}, 0, 0, false, ErrStoreFull
-	}
 	next, dec, err := algorithms.ReserveNotBefore(alg, st, now, sp.floor(key, now), cost)
 	if err != nil || !dec.Allowed {
 		return dec, 0, 0, false, err
 	}
 	switch {
 	case !exists:
-		sp.put(key, next)
-		m.keys.Add(1)
+		if !m.claim(sh, now) {
+			return algorithms.Decision{}, 0, 0, false, ErrStoreFull
+		}
+		k := cloneKey(key)
+		sp.states[k] = next
+		_, reset := alg.Status(next, now)
+		m.track(d.memID, k, now+reset, false)
 	case len(next) != len(st) || &next[0] != &st[0]:
 		sp.states[key] = next
 	}
@@ -449,9 +417,6 @@ func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost in
 	tat := algorithms.ColdTAT
 	if exists {
 		tat = sp.slab[i]
-	} else if !m.room(sh, now, 1) {
-		*dec = algorithms.Decision{}
-		return 0, 0, ErrStoreFull
 	}
 	next, err := g.ReserveTAT(tat, now, sp.floor(key, now), cost, dec)
 	if err != nil || !dec.Allowed {
@@ -460,8 +425,13 @@ func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost in
 	if exists {
 		sp.slab[i] = next
 	} else {
-		i = sp.add(strings.Clone(key), next) // do not pin the caller's buffer
-		m.keys.Add(1)
+		if !m.claim(sh, now) {
+			*dec = algorithms.Decision{}
+			return 0, 0, ErrStoreFull
+		}
+		k := cloneKey(key) // do not pin the caller's buffer
+		i = sp.add(k, next)
+		m.track(d.memID, k, next, false)
 	}
 	return next, sp.grant(i), nil
 }
@@ -481,9 +451,10 @@ func (m *MemoryStore) seedTAT(d *dim, key string, tat, now float64) {
 		}
 		return
 	}
-	if m.room(sh, now, 1) {
-		_ = sp.add(strings.Clone(key), tat)
-		m.keys.Add(1)
+	if m.claim(sh, now) {
+		k := cloneKey(key)
+		_ = sp.add(k, tat)
+		m.track(d.memID, k, tat, false)
 	}
 }
 
@@ -526,7 +497,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	for range n {
 		dims, spaces = append(dims, algorithms.Dim{}), append(spaces, nil)
 	}
-	floor, fresh := req.now, int64(0)
+	floor, fresh := req.now, 0
 	for i, d := range req.dims {
 		sh := shards[i]
 		sp := m.space(sh, d.memID)
@@ -539,37 +510,47 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 		}
 		dims[i] = algorithms.Dim{Alg: req.algs[i], State: st, Cost: req.costs[i]}
 	}
-	if fresh > 0 {
-		for _, sh := range locked {
-			if m.room(sh, req.now, fresh) {
-				break
+	// Places under the cap are claimed before the transition, which may
+	// write existing keys' states in place. No shard is passed as held: an
+	// eviction may not touch the shards locked here, so it can never take
+	// one of this request's own keys.
+	for c := range fresh {
+		if !m.claim(nil, req.now) {
+			for range c {
+				m.unclaim()
 			}
-		}
-		if m.maxKeys > 0 && m.keys.Load()+fresh > m.maxKeys {
 			return ErrStoreFull
 		}
 	}
 	dec, err := algorithms.AllNotBefore(dims, req.now, floor)
 	req.dec = dec
-	if err != nil {
-		if dec.Binding >= 0 && dec.Binding < n {
+	if err != nil || !dec.Allowed {
+		for range fresh {
+			m.unclaim()
+		}
+		if err != nil && dec.Binding >= 0 && dec.Binding < n {
 			return wrapDimErr(req.dims[dec.Binding], err)
 		}
 		return err
 	}
-	if !dec.Allowed {
-		return nil
-	}
 	req.tags, req.gens = req.tags[:0], req.gens[:0] // newMulti's arrays: no allocation up to four dimensions
-	for i := range dims {
-		// Counted by put: room may have evicted an idle key read above.
-		fresh, gen := spaces[i].put(req.keys[i], dims[i].State)
-		if fresh {
-			m.keys.Add(1)
+	for i, d := range req.dims {
+		isNew, gen := spaces[i].put(req.keys[i], dims[i].State)
+		if isNew {
+			m.trackState(spaces[i], d.memID, req.keys[i], dims[i].State, req.now)
 		}
 		req.tags, req.gens = append(req.tags, dims[i].State[0]), append(req.gens, gen)
 	}
 	return nil
+}
+
+// trackState records a state that put has just added (see track).
+func (m *MemoryStore) trackState(sp *memSpace, ns uint32, key string, st algorithms.State, now float64) {
+	if m.maxKeys == 0 {
+		return
+	}
+	_, reset := sp.alg.Status(st, now)
+	m.track(ns, cloneKey(key), now+reset, false)
 }
 
 // each runs f on every (dimension, key) pair with the key's shard locked.
@@ -595,23 +576,42 @@ func (m *MemoryStore) cancel(_ context.Context, dims []*dim, keys []string, tags
 			var refunded bool
 			if sp.slab[j], refunded = d.gcra.CancelTAT(sp.slab[j], tags[i], costs[i]); refunded {
 				sp.gens[j]++
+				m.track(d.memID, cloneKey(keys[i]), sp.slab[j], false) // idle earlier than recorded
 			}
 		}
 	})
 	return nil
 }
 
+// pause records a pause per key; a new pause record is an entry under
+// MaxKeys like a state. At the cap with nothing idle to evict it fails with
+// ErrStoreFull (the dimensions before it stay paused: a pause only holds
+// departures back).
 func (m *MemoryStore) pause(_ context.Context, dims []*dim, keys []string, now, d float64) error {
 	until := now + d
-	m.each(dims, keys, func(_ *memShard, sp *memSpace, _ *dim, i int) {
+	var err error
+	m.each(dims, keys, func(sh *memShard, sp *memSpace, dm *dim, i int) {
+		if err != nil {
+			return
+		}
+		if p, ok := sp.paused[keys[i]]; ok {
+			if until > p {
+				sp.paused[keys[i]] = until
+			}
+			return
+		}
+		if !m.claim(sh, now) {
+			err = ErrStoreFull
+			return
+		}
 		if sp.paused == nil {
 			sp.paused = map[string]float64{}
 		}
-		if p, ok := sp.paused[keys[i]]; !ok || until > p {
-			sp.paused[strings.Clone(keys[i])] = until
-		}
+		k := cloneKey(keys[i])
+		sp.paused[k] = until
+		m.track(dm.memID, k, until, true)
 	})
-	return nil
+	return err
 }
 
 func (m *MemoryStore) reset(_ context.Context, dims []*dim, keys []string) error {
@@ -619,7 +619,10 @@ func (m *MemoryStore) reset(_ context.Context, dims []*dim, keys []string) error
 		if sp.remove(keys[i]) {
 			m.keys.Add(-1)
 		}
-		delete(sp.paused, keys[i])
+		if _, ok := sp.paused[keys[i]]; ok {
+			delete(sp.paused, keys[i])
+			m.keys.Add(-1)
+		}
 	})
 	return nil
 }

@@ -132,8 +132,8 @@ func TestSweepEvictsOnlyIdleKeysForEveryAlgorithm(t *testing.T) {
 			if n := store.Sweep(); n != 49 {
 				t.Fatalf("swept %d keys, want the 49 idle ones", n)
 			}
-			if store.Len() != 2 {
-				t.Fatalf("Len = %d after the sweep, want 2 (fresh, paused old0)", store.Len())
+			if store.Len() != 3 {
+				t.Fatalf("Len = %d after the sweep, want 3 (the states of fresh and old0, and old0's pause)", store.Len())
 			}
 			for i := range 49 { // new keys take the freed slots: each starts cold
 				if ok, err := s.Allow(bg, "new"+strconv.Itoa(i), 1); !ok || err != nil {

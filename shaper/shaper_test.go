@@ -176,8 +176,8 @@ func TestResetForgetsTheKey(t *testing.T) {
 	s, store, _ := newTest(t, PerSecond(1))
 	mustReserve(t, s, "k", 1)
 	_ = s.Pause(bg, "k", time.Hour)
-	if store.Len() != 1 {
-		t.Fatalf("Len = %d", store.Len())
+	if store.Len() != 2 { // the state and the pause record
+		t.Fatalf("Len = %d, want 2", store.Len())
 	}
 	if err := s.Reset(bg, "k"); err != nil {
 		t.Fatal(err)
