@@ -318,17 +318,6 @@ func stall(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{}
 	return done
 }
 
-// busiest returns the most instants (sorted) in any window of w.
-func busiest(ts []time.Time, w time.Duration) int {
-	most, j := 0, 0
-	for i := range ts {
-		for ts[i].Sub(ts[j]) >= w {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
-	return most
-}
 
 // A caller whose deadline is nearer than WithTimeout is served by FailOpen
 // and FailLocal within its deadline when Redis does not answer. Before the
@@ -482,20 +471,29 @@ func TestRedisKeysOfDifferentUsersNeverCollide(t *testing.T) {
 	}
 }
 
+// failLocalShaper returns a fresh server and a 1/s shaper on a FailLocal(1)
+// store with a 1 s timeout: any call that reaches a stopped server costs a
+// whole second.
+func failLocalShaper(t *testing.T, name string) (*redistest.Server, *Shaper) {
+	t.Helper()
+	srv, _ := redisClient(t)
+	store := NewRedisStore(srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }),
+		WithFailurePolicy(FailLocal(1)), WithTimeout(time.Second))
+	t.Cleanup(func() { _ = store.Close() })
+	s, err := New(store, PerSecond(1), WithName(name), WithMaxQueue(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, s
+}
+
 // FailLocal slots refund like memory-store slots, and while Redis is judged
 // down neither Cancel nor Pause goes to it: a Wait refused for its deadline
 // returns at once and gives its local slot back. Before the fix the wait
 // needed grew from 1.0 s to 4.2 s over 5 refusals, each taking 200 ms.
 func TestRedisFailLocalRefusalsRefundAndReturnAtOnce(t *testing.T) {
 	t.Parallel()
-	srv, _ := redisClient(t)
-	store := NewRedisStore(srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }),
-		WithFailurePolicy(FailLocal(1)), WithTimeout(time.Second))
-	t.Cleanup(func() { _ = store.Close() })
-	s, err := New(store, PerSecond(1), WithName("local-refund"), WithMaxQueue(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, s := failLocalShaper(t, "local-refund")
 	srv.Pause()
 	defer srv.Resume()
 	if r := mustReserve(t, s, "k", 1); !r.local { // judged down after one silent timeout
@@ -528,16 +526,9 @@ func TestRedisFailLocalRefusalsRefundAndReturnAtOnce(t *testing.T) {
 // busiest second of a fault test held 109-110 against a contract of 101.
 func TestRedisFailLocalHandsTheScheduleOver(t *testing.T) {
 	t.Parallel()
-	srv, _ := redisClient(t)
-	store := NewRedisStore(srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }),
-		WithFailurePolicy(FailLocal(1)), WithTimeout(time.Second))
-	t.Cleanup(func() { _ = store.Close() })
 	// 1/s: the slots Redis grants run seconds ahead, so they are still
 	// pending when the store turns local however slowly the client fails.
-	s, err := New(store, PerSecond(1), WithName("handoff"), WithMaxQueue(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, s := failLocalShaper(t, "handoff")
 	var slots []time.Time
 	reserve := func(wantLocal bool) {
 		t.Helper()
