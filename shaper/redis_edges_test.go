@@ -318,7 +318,6 @@ func stall(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{}
 	return done
 }
 
-
 // A caller whose deadline is nearer than WithTimeout is served by FailOpen
 // and FailLocal within its deadline when Redis does not answer. Before the
 // fix such a call waited until its deadline and got only ctx's error.
