@@ -529,7 +529,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 			m.unclaim()
 		}
 		if err != nil && dec.Binding >= 0 && dec.Binding < n {
-			return wrapDimErr(req.dims[dec.Binding], err)
+			return nameCost(err, req.dims[dec.Binding], req.keys[dec.Binding])
 		}
 		return err
 	}

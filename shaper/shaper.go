@@ -290,10 +290,15 @@ func (s *Shaper) check(ctx context.Context, key string, cost int64) (time.Time, 
 // never be admitted is refused before a round trip (the Redis scripts check
 // it again and refuse without writing).
 func validCost(d *dim, alg algorithms.Algorithm, key string, cost int64) error {
-	err := alg.ValidateCost(cost)
-	if err == nil {
-		return nil
+	if err := alg.ValidateCost(cost); err != nil {
+		return nameCost(err, d, key)
 	}
+	return nil
+}
+
+// nameCost names the key and d's dimension in a *CostError, as every store
+// and path names them; any other error is returned as it is.
+func nameCost(err error, d *dim, key string) error {
 	var ce *CostError
 	if errors.As(err, &ce) {
 		return &CostError{Algorithm: ce.Algorithm, Cost: ce.Cost, Reason: ce.Reason, Key: key, Dimension: d.name}
@@ -344,11 +349,8 @@ func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost in
 		if allow {
 			g = s.gcraAllow
 		}
-		tag, gen, err = s.mem.reserveTAT(d, g, key, cost, ms, dec)
-		if err != nil {
-			if ce, ok := err.(*CostError); ok { // named as every store names it
-				err = &CostError{Algorithm: ce.Algorithm, Cost: ce.Cost, Reason: ce.Reason, Key: key, Dimension: d.name}
-			}
+		if tag, gen, err = s.mem.reserveTAT(d, g, key, cost, ms, dec); err != nil {
+			err = nameCost(err, d, key)
 		}
 		return tag, gen, false, err
 	}
@@ -432,15 +434,6 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 		o.res = Reservation{Delay: o.dec.Delay, s: s, now: now, key: key, cost: cost, m: req}
 	}
 	return o, nil
-}
-
-// wrapDimErr names the dimension in a cost error of a multi-dimension shaper.
-func wrapDimErr(d *dim, err error) error {
-	var ce *CostError
-	if d.name != "" && errors.As(err, &ce) {
-		return &CostError{Algorithm: ce.Algorithm, Cost: ce.Cost, Reason: fmt.Sprintf("dimension %q: %s", d.name, ce.Reason)}
-	}
-	return err
 }
 
 func checkKey(key string) error {
