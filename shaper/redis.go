@@ -111,11 +111,15 @@ func FailLocal(share float64) FailurePolicy { return FailurePolicy{kind: 2, shar
 // RedisOption configures NewRedisStore.
 type RedisOption func(*RedisStore)
 
-// WithTimeout bounds each Redis call (default DefaultRedisTimeout); past it the
-// failure policy serves the call. A client created with ContextTimeoutEnabled
-// applies the bound on its socket; for any other client the store enforces it
-// by running the call on its own goroutine (about a microsecond more per call,
-// and a stalled call's goroutine lives until the client's ReadTimeout).
+// WithTimeout bounds each Redis call once it holds a connection (default
+// DefaultRedisTimeout); waiting for a connection is bounded by the caller's
+// ctx alone. Past the bound, the failure policy serves the call if the
+// server answered nobody meanwhile; if it answered other calls, this process
+// is the slow one and the call fails alone with a *StoreError. A client
+// created with ContextTimeoutEnabled applies the bound on its socket; for any
+// other client the store enforces it by running the call on its own
+// goroutine (about a microsecond more per call, and a stalled call's
+// goroutine lives until the client's ReadTimeout).
 func WithTimeout(d time.Duration) RedisOption {
 	return func(r *RedisStore) {
 		if d <= 0 {
