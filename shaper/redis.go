@@ -350,15 +350,16 @@ func (r *RedisStore) budget(ctx context.Context) time.Duration {
 // other clients f runs on its own goroutine, which keeps its call slot until
 // the client's own timeout ends it.
 func (r *RedisStore) call(ctx context.Context, probe bool, f func(context.Context) error) error {
-	start := time.Now()
+	replies := r.health.replies.Load()
 	if err := r.acquire(ctx, probe); err != nil {
-		if errors.Is(err, errBudget) { // the probe found every connection held
-			return r.timedOut(start, probe)
+		if errors.Is(err, errBudget) { // the probe found every connection held for the timeout
+			return r.timedOut(replies, r.timeout, probe)
 		}
 		return err
 	}
-	start = time.Now()
-	cctx, cancel := context.WithTimeoutCause(ctx, r.budget(ctx), errBudget)
+	replies = r.health.replies.Load()
+	budget := r.budget(ctx)
+	cctx, cancel := context.WithTimeoutCause(ctx, budget, errBudget)
 	defer cancel()
 	var err error
 	if r.ctxTimeouts {
@@ -380,7 +381,7 @@ func (r *RedisStore) call(ctx context.Context, probe bool, f func(context.Contex
 	// The budget ran out, whatever form the client gave it: the ctx's error,
 	// or a socket deadline (set from the same instant) that tripped first.
 	if err != nil && ctx.Err() == nil && (cctx.Err() != nil || classify(err) == failTimeout) {
-		return r.timedOut(start, probe)
+		return r.timedOut(replies, budget, probe)
 	}
 	var reply redis.Error
 	switch {
@@ -396,17 +397,18 @@ func (r *RedisStore) call(ctx context.Context, probe bool, f func(context.Contex
 	return err
 }
 
-// timedOut judges a call that started at start and ran out of time. If the
+// timedOut judges a call that waited for waited and ran out of time, the
+// server's replies having been counted at replies when it began. If the
 // server answered other calls meanwhile it is up and this process is slow
 // (errBudget: the call fails alone). If it answered nobody (errSilent) the
-// policy serves the call, and the server is judged down after half the
-// timeout of silence, or at once when the call was the probe of a server
-// already judged down.
-func (r *RedisStore) timedOut(start time.Time, probe bool) error {
-	if !r.health.silentSince(start) {
+// policy serves the call, and the server is judged down when the silence
+// lasted at least half the timeout, or at once when the call was the probe
+// of a server already judged down.
+func (r *RedisStore) timedOut(replies uint64, waited time.Duration, probe bool) error {
+	if !r.health.silentSince(replies) {
 		return errBudget
 	}
-	if probe || time.Since(start) >= r.timeout/2 {
+	if probe || waited >= r.timeout/2 {
 		r.health.down()
 	}
 	return errSilent

@@ -131,7 +131,7 @@ var errJudgedDown = errors.New("throttlekit: redis is judged down (it failed les
 type health struct {
 	downUntil atomic.Int64 // unix ns; 0 while up
 	probing   atomic.Bool
-	lastReply atomic.Int64 // unix ns of the last answer of any kind from the server
+	replies   atomic.Uint64 // answers of any kind from the server, counted (no clock read per call)
 
 	mu   sync.Mutex
 	wake chan struct{} // closed when the server is judged down
@@ -158,7 +158,7 @@ func (h *health) admit() (try, probe bool) {
 // answered records that the server answered (a result or an error reply):
 // it is up.
 func (h *health) answered() {
-	h.lastReply.Store(time.Now().UnixNano())
+	h.replies.Add(1)
 	if h.downUntil.Load() != 0 {
 		h.downUntil.Store(0)
 	}
@@ -184,8 +184,9 @@ func (h *health) woken() <-chan struct{} {
 // isUp reports whether calls go to Redis (no judgement of down in force).
 func (h *health) isUp() bool { return h.downUntil.Load() == 0 }
 
-// silentSince reports whether the server has answered nobody since start.
-func (h *health) silentSince(start time.Time) bool { return h.lastReply.Load() < start.UnixNano() }
+// silentSince reports whether the server has answered nobody since the
+// count of replies was before.
+func (h *health) silentSince(before uint64) bool { return h.replies.Load() == before }
 
 // stateError builds the error for a TKSTATE reply: "TKSTATE <dimension
 // index> <reason>", naming the user's key and the dimension.
