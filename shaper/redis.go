@@ -380,7 +380,9 @@ func (r *RedisStore) call(ctx context.Context, probe bool, f func(context.Contex
 	}
 	// The budget ran out, whatever form the client gave it: the ctx's error,
 	// or a socket deadline (set from the same instant) that tripped first.
-	if err != nil && ctx.Err() == nil && (cctx.Err() != nil || classify(err) == failTimeout) {
+	// callerDone, not ctx.Err: the caller's own deadline can trip the socket
+	// a moment before its ctx reports it, and says nothing of the server.
+	if err != nil && callerDone(ctx) == nil && (cctx.Err() != nil || classify(err) == failTimeout) {
 		return r.timedOut(replies, budget, probe)
 	}
 	var reply redis.Error
