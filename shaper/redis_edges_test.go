@@ -266,7 +266,8 @@ func TestRedisPoolContentionIsNotAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	const callers = 5000
-	slots := make([]float64, callers) // ms, on the server's clock
+	slots := make([]float64, callers)
+	early := make([]time.Duration, callers)
 	var wg sync.WaitGroup
 	for i := range callers {
 		wg.Go(func() {
@@ -275,24 +276,38 @@ func TestRedisPoolContentionIsNotAnOutage(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			// Burst 1, cost 1: the slot is the stored TAT less one interval.
-			slots[i] = r.tag - 10
-			// The shaper's clock and Redis TIME read the same host clock; 1 ms
-			// covers their reading granularity.
-			if slot := algorithms.Time(slots[i]); r.Time().Before(slot.Add(-time.Millisecond)) {
-				t.Errorf("departure %v before its slot %v", r.Time(), slot)
-			}
+			slots[i], early[i] = slotOf(r, 10)
 		})
 	}
 	wg.Wait()
 	if store.Degraded() != 0 || !store.available() {
 		t.Fatalf("pool contention on a healthy server: %d served by FailOpen, available=%v", store.Degraded(), store.available())
 	}
+	checkSlots(t, slots, early, 10)
+}
+
+// slotOf returns the slot Redis granted r (a reservation of cost 1 at burst
+// 1, on a shaper whose interval is interval ms): the TAT it stored less one
+// interval, in ms on the server's clock; and how far r's departure instant
+// lies before that slot.
+func slotOf(r Reservation, interval float64) (float64, time.Duration) {
+	slot := r.tag - interval
+	return slot, algorithms.Time(slot).Sub(r.Time())
+}
+
+// checkSlots fails t if two slots are closer than interval ms, or if a
+// departure instant is before its slot. The shaper's clock and Redis TIME
+// read the same host clock; 1 ms covers their reading granularity.
+func checkSlots(t *testing.T, slots []float64, early []time.Duration, interval float64) {
+	t.Helper()
 	slices.Sort(slots)
 	for i := 1; i < len(slots); i++ {
-		if gap := slots[i] - slots[i-1]; gap < 10-1e-6 {
-			t.Fatalf("slots %d and %d are %v ms apart, want 10 (100/s)", i-1, i, gap)
+		if gap := slots[i] - slots[i-1]; gap < interval-1e-6 {
+			t.Fatalf("slots %d and %d are %v ms apart, want %v", i-1, i, gap, interval)
 		}
+	}
+	if worst := slices.Max(early); worst > time.Millisecond {
+		t.Fatalf("a departure instant is %v before its slot on the server's timeline", worst)
 	}
 }
 
@@ -404,7 +419,7 @@ func TestRedisDeparturesStayInsideTheContractThroughAStall(t *testing.T) {
 		t.Fatal(err)
 	}
 	const callers = 1000
-	slots := make([]float64, callers) // ms, on the server's clock
+	slots := make([]float64, callers)
 	early := make([]time.Duration, callers)
 	var wg sync.WaitGroup
 	var stalled <-chan struct{}
@@ -415,8 +430,7 @@ func TestRedisDeparturesStayInsideTheContractThroughAStall(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			slots[i] = r.tag - 10 // burst 1, cost 1: the slot is the stored TAT less one interval
-			early[i] = algorithms.Time(slots[i]).Sub(r.Time())
+			slots[i], early[i] = slotOf(r, 10)
 		})
 		if i == callers/2 {
 			wg.Wait() // the first half reserved; the second half arrives during the stall
@@ -426,17 +440,7 @@ func TestRedisDeparturesStayInsideTheContractThroughAStall(t *testing.T) {
 	}
 	wg.Wait()
 	<-stalled
-	slices.Sort(slots)
-	for i := 1; i < len(slots); i++ {
-		if gap := slots[i] - slots[i-1]; gap < 10-1e-6 {
-			t.Fatalf("slots %d and %d are %v ms apart, want 10 (100/s)", i-1, i, gap)
-		}
-	}
-	// The shaper's clock and Redis TIME read the same host clock; 1 ms covers
-	// their reading granularity.
-	if worst := slices.Max(early); worst > time.Millisecond {
-		t.Fatalf("a departure instant is %v before its slot on the server's timeline", worst)
-	}
+	checkSlots(t, slots, early, 10)
 }
 
 // Keys never collide: with a Key mapping, user "x:p"'s state key used to be
