@@ -319,18 +319,36 @@ func stallable(t *testing.T) (*redistest.Server, *redis.Client) {
 	return srv, srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 })
 }
 
-// stall blocks srv for d with DEBUG SLEEP from a connection of its own, and
-// closes the returned channel when the server answers again.
+// stall blocks srv for d with DEBUG SLEEP from a connection of its own. It
+// returns once the server has stopped answering (a PING with a 20 ms
+// deadline fails), and the channel it returns is closed when the server
+// answers again.
 func stall(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{} {
+	t.Helper()
 	done := make(chan struct{})
-	c := srv.Client()
+	c, probe := srv.Client(), srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 })
+	if err := probe.Ping(bg).Err(); err != nil { // connected before the stall
+		t.Fatal(err)
+	}
 	go func() {
 		defer close(done)
 		if err := c.Do(bg, "DEBUG", "SLEEP", d.Seconds()).Err(); err != nil {
 			t.Errorf("DEBUG SLEEP: %v", err)
 		}
 	}()
-	return done
+	for {
+		ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+		err := probe.Ping(ctx).Err()
+		cancel()
+		select {
+		case <-done:
+			t.Fatal("the server answered throughout DEBUG SLEEP")
+		default:
+		}
+		if err != nil {
+			return done
+		}
+	}
 }
 
 // A caller whose deadline is nearer than WithTimeout is served by FailOpen
@@ -387,11 +405,10 @@ func TestRedisDelayCountsFromTheReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	stalled := stall(t, srv, 300*time.Millisecond)
-	time.Sleep(50 * time.Millisecond) // let DEBUG SLEEP reach the server first
 	called := time.Now()
 	r := mustReserve(t, s, "k", 1)
 	<-stalled
-	if took := time.Since(called); took < 200*time.Millisecond {
+	if took := time.Since(called); took < 100*time.Millisecond {
 		t.Fatalf("the reservation took %v: the server did not stall", took)
 	}
 	// The slot is the stored TAT (burst 1, cost 1). The shaper's clock and
@@ -435,7 +452,6 @@ func TestRedisDeparturesStayInsideTheContractThroughAStall(t *testing.T) {
 		if i == callers/2 {
 			wg.Wait() // the first half reserved; the second half arrives during the stall
 			stalled = stall(t, srv, 300*time.Millisecond)
-			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	wg.Wait()
