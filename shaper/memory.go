@@ -127,23 +127,26 @@ func (sp *memSpace) get(key string) (algorithms.State, bool) {
 	return st, ok
 }
 
-// put stores the state of a reservation for key and reports whether the key
-// is new, and the reservation's generation (GCRA family; 0 otherwise); a new
-// key is cloned so that the map does not pin the caller's buffer.
-func (sp *memSpace) put(key string, st algorithms.State) (bool, uint32) {
+// put stores the state of a reservation for key and returns the key as the
+// store keeps it when it is new ("" otherwise: isNew reports which), and the
+// reservation's generation (GCRA family; 0 otherwise). A new key is cloned
+// so that the map does not pin the caller's buffer.
+func (sp *memSpace) put(key string, st algorithms.State) (stored string, isNew bool, gen uint32) {
 	if sp.gcra != nil {
 		if i, ok := sp.index[key]; ok {
 			sp.slab[i] = st[0]
-			return false, sp.grant(i)
+			return "", false, sp.grant(i)
 		}
-		return true, sp.grant(sp.add(strings.Clone(key), st[0]))
+		stored = strings.Clone(key)
+		return stored, true, sp.grant(sp.add(stored, st[0]))
 	}
-	_, ok := sp.states[key]
-	if !ok {
-		key = strings.Clone(key)
+	if _, ok := sp.states[key]; ok {
+		sp.states[key] = st
+		return "", false, 0
 	}
-	sp.states[key] = st
-	return !ok, 0
+	stored = strings.Clone(key)
+	sp.states[stored] = st
+	return stored, true, 0
 }
 
 // remove deletes key's state and reports whether it held one.
@@ -395,10 +398,9 @@ func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorith
 		if !m.claim(sh, now) {
 			return algorithms.Decision{}, 0, 0, false, ErrStoreFull
 		}
-		k := cloneKey(key)
+		k := strings.Clone(key)
 		sp.states[k] = next
-		_, reset := alg.Status(next, now)
-		m.track(d.memID, k, now+reset, false)
+		m.trackState(sp, d.memID, k, next, now)
 	case len(next) != len(st) || &next[0] != &st[0]:
 		sp.states[key] = next
 	}
@@ -429,7 +431,7 @@ func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost in
 			*dec = algorithms.Decision{}
 			return 0, 0, ErrStoreFull
 		}
-		k := cloneKey(key) // do not pin the caller's buffer
+		k := strings.Clone(key) // do not pin the caller's buffer
 		i = sp.add(k, next)
 		m.track(d.memID, k, next, false)
 	}
@@ -452,7 +454,7 @@ func (m *MemoryStore) seedTAT(d *dim, key string, tat, now float64) {
 		return
 	}
 	if m.claim(sh, now) {
-		k := cloneKey(key)
+		k := strings.Clone(key)
 		_ = sp.add(k, tat)
 		m.track(d.memID, k, tat, false)
 	}
@@ -535,22 +537,23 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	}
 	req.tags, req.gens = req.tags[:0], req.gens[:0] // newMulti's arrays: no allocation up to four dimensions
 	for i, d := range req.dims {
-		isNew, gen := spaces[i].put(req.keys[i], dims[i].State)
+		stored, isNew, gen := spaces[i].put(req.keys[i], dims[i].State)
 		if isNew {
-			m.trackState(spaces[i], d.memID, req.keys[i], dims[i].State, req.now)
+			m.trackState(spaces[i], d.memID, stored, dims[i].State, req.now)
 		}
 		req.tags, req.gens = append(req.tags, dims[i].State[0]), append(req.gens, gen)
 	}
 	return nil
 }
 
-// trackState records a state that put has just added (see track).
+// trackState records a state just added under key (the store's own copy)
+// at the instant it becomes idle (see track); without a cap it does nothing.
 func (m *MemoryStore) trackState(sp *memSpace, ns uint32, key string, st algorithms.State, now float64) {
 	if m.maxKeys == 0 {
 		return
 	}
 	_, reset := sp.alg.Status(st, now)
-	m.track(ns, cloneKey(key), now+reset, false)
+	m.track(ns, key, now+reset, false)
 }
 
 // each runs f on every (dimension, key) pair with the key's shard locked.
@@ -576,7 +579,7 @@ func (m *MemoryStore) cancel(_ context.Context, dims []*dim, keys []string, tags
 			var refunded bool
 			if sp.slab[j], refunded = d.gcra.CancelTAT(sp.slab[j], tags[i], costs[i]); refunded {
 				sp.gens[j]++
-				m.track(d.memID, cloneKey(keys[i]), sp.slab[j], false) // idle earlier than recorded
+				m.track(d.memID, strings.Clone(keys[i]), sp.slab[j], false) // idle earlier than recorded
 			}
 		}
 	})
@@ -607,7 +610,7 @@ func (m *MemoryStore) pause(_ context.Context, dims []*dim, keys []string, now, 
 		if sp.paused == nil {
 			sp.paused = map[string]float64{}
 		}
-		k := cloneKey(keys[i])
+		k := strings.Clone(keys[i])
 		sp.paused[k] = until
 		m.track(dm.memID, k, until, true)
 	})

@@ -1,9 +1,6 @@
 package shaper
 
-import (
-	"container/heap"
-	"strings"
-)
+import "container/heap"
 
 // The MaxKeys cap. An entry is a key's state or a key's pause record, in
 // one namespace; each counts once against the cap.
@@ -206,7 +203,3 @@ func (m *MemoryStore) holds(sh *memShard, e capEntry) bool {
 	_, ok := sp.states[e.key]
 	return ok
 }
-
-// cloneKey returns key as the store keeps it: a copy, so that the store
-// never pins a caller's buffer.
-func cloneKey(key string) string { return strings.Clone(key) }

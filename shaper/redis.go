@@ -283,9 +283,6 @@ func (r *RedisStore) now(ms float64) string {
 	return lua.ServerTime
 }
 
-// available reports whether calls go to Redis (it is not judged down).
-func (r *RedisStore) available() bool { return r.health.isUp() }
-
 // callerDone returns the caller's ctx error, or context.DeadlineExceeded if
 // its deadline has passed but its timer has not yet fired (a socket deadline
 // set from the same instant can trip first).
@@ -555,7 +552,7 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, g 
 	now := r.now(req.now)
 	args := lua.ReserveGCRAArgs(now, params, req.costs[0])
 	floor := 0.0
-	if r.local != nil {
+	if r.local != nil && r.handoff.pending() {
 		if floor = r.handoff.floor(d, req.keys[0], algorithms.Millis(d.clock.Now())); floor > 0 {
 			args = append(args, lua.Float(floor))
 		}
@@ -777,12 +774,14 @@ func (h *handoff) granted(d *dim, key string, tat float64) {
 	}
 }
 
+// pending reports whether any local slot awaits handing over (one atomic
+// load: the common case, Redis up for a while, reads no clock and takes no
+// lock).
+func (h *handoff) pending() bool { return h.n.Load() > 0 }
+
 // floor returns how far ahead of now (ms) the local slots of key run, 0 if
 // they have passed or there are none; a passed entry is dropped.
 func (h *handoff) floor(d *dim, key string, now float64) float64 {
-	if h.n.Load() == 0 {
-		return 0
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k := handoffKey{d, key}

@@ -97,8 +97,8 @@ func TestRedisDataErrorFailsThatCallAlone(t *testing.T) {
 				}
 			}
 		}
-		if !store.available() || store.Degraded() != 0 {
-			t.Fatalf("%s: data errors judged Redis down (available=%v) or were served by the policy (%d)", name, store.available(), store.Degraded())
+		if !store.health.isUp() || store.Degraded() != 0 {
+			t.Fatalf("%s: data errors judged Redis down (available=%v) or were served by the policy (%d)", name, store.health.isUp(), store.Degraded())
 		}
 	}
 }
@@ -280,8 +280,8 @@ func TestRedisPoolContentionIsNotAnOutage(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if store.Degraded() != 0 || !store.available() {
-		t.Fatalf("pool contention on a healthy server: %d served by FailOpen, available=%v", store.Degraded(), store.available())
+	if store.Degraded() != 0 || !store.health.isUp() {
+		t.Fatalf("pool contention on a healthy server: %d served by FailOpen, available=%v", store.Degraded(), store.health.isUp())
 	}
 	checkSlots(t, slots, early, 10)
 }

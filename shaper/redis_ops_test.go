@@ -293,7 +293,7 @@ func TestRedisCallerContextErrorsAreUnchanged(t *testing.T) {
 	if err := s.Pause(cctx, "k", time.Second); err != context.Canceled {
 		t.Fatalf("cancel during Pause: %v, want context.Canceled unchanged", err)
 	}
-	if !store.available() {
+	if !store.health.isUp() {
 		t.Fatal("the caller's own deadline marked Redis as down")
 	}
 }
