@@ -557,9 +557,9 @@ func (m *MemoryStore) trackState(sp *memSpace, ns uint32, key string, st algorit
 }
 
 // each runs f on every (dimension, key) pair with the key's shard locked.
-func (m *MemoryStore) each(dims []*dim, keys []string, f func(sh *memShard, sp *memSpace, d *dim, i int)) {
-	for i, d := range dims {
-		sh := m.shard(d.memID, keys[i])
+func (m *MemoryStore) each(ks keyset, f func(sh *memShard, sp *memSpace, d *dim, i int)) {
+	for i, d := range ks.dims {
+		sh := m.shard(d.memID, ks.keys[i])
 		sh.mu.Lock()
 		f(sh, m.space(sh, d.memID), d, i)
 		sh.mu.Unlock()
@@ -570,8 +570,9 @@ func (m *MemoryStore) each(dims []*dim, keys []string, f func(sh *memShard, sp *
 // reservation: its TAT and its generation both match. A refund bumps the
 // generation, so a second Cancel of the same reservation (a copy of it)
 // refunds nothing, even after a newer reservation stored the same TAT.
-func (m *MemoryStore) cancel(_ context.Context, dims []*dim, keys []string, tags []float64, gens []uint32, costs []int64, _ bool) error {
-	m.each(dims, keys, func(_ *memShard, sp *memSpace, d *dim, i int) {
+func (m *MemoryStore) cancel(_ context.Context, ks keyset, tags []float64, gens []uint32, costs []int64, _ bool) error {
+	keys := ks.keys
+	m.each(ks, func(_ *memShard, sp *memSpace, d *dim, i int) {
 		if d.gcra == nil || sp.gcra == nil { // only the GCRA family refunds; its keys are bare TATs
 			return
 		}
@@ -590,10 +591,10 @@ func (m *MemoryStore) cancel(_ context.Context, dims []*dim, keys []string, tags
 // MaxKeys like a state. At the cap with nothing idle to evict it fails with
 // ErrStoreFull (the dimensions before it stay paused: a pause only holds
 // departures back).
-func (m *MemoryStore) pause(_ context.Context, dims []*dim, keys []string, now, d float64) error {
-	until := now + d
+func (m *MemoryStore) pause(_ context.Context, ks keyset, now, d float64) error {
+	until, keys := now+d, ks.keys
 	var err error
-	m.each(dims, keys, func(sh *memShard, sp *memSpace, dm *dim, i int) {
+	m.each(ks, func(sh *memShard, sp *memSpace, dm *dim, i int) {
 		if err != nil {
 			return
 		}
@@ -617,8 +618,9 @@ func (m *MemoryStore) pause(_ context.Context, dims []*dim, keys []string, now, 
 	return err
 }
 
-func (m *MemoryStore) reset(_ context.Context, dims []*dim, keys []string) error {
-	m.each(dims, keys, func(_ *memShard, sp *memSpace, _ *dim, i int) {
+func (m *MemoryStore) reset(_ context.Context, ks keyset) error {
+	keys := ks.keys
+	m.each(ks, func(_ *memShard, sp *memSpace, _ *dim, i int) {
 		if sp.remove(keys[i]) {
 			m.keys.Add(-1)
 		}
@@ -630,9 +632,9 @@ func (m *MemoryStore) reset(_ context.Context, dims []*dim, keys []string) error
 	return nil
 }
 
-func (m *MemoryStore) pauseLeft(_ context.Context, dims []*dim, keys []string, now float64) (float64, error) {
-	left := 0.0
-	m.each(dims, keys, func(_ *memShard, sp *memSpace, _ *dim, i int) {
+func (m *MemoryStore) pauseLeft(_ context.Context, ks keyset, now float64) (float64, error) {
+	left, keys := 0.0, ks.keys
+	m.each(ks, func(_ *memShard, sp *memSpace, _ *dim, i int) {
 		if p, ok := sp.paused[keys[i]]; ok {
 			left = max(left, p-now)
 		}

@@ -39,7 +39,8 @@ const redisRetryEvery = 500 * time.Millisecond
 // no key can choose its cluster slot, and no two (prefix, dimension, key,
 // kind) ever share a Redis key: "{", "}", "\" and, after the braces, ":" are
 // escaped. A multi-dimension reservation keeps all its keys in the slot of
-// its first dimension's key: put the broadest dimension (the account) first.
+// its slot dimension's key (see Dimension.Slot), whatever the order of the
+// dimensions.
 // Every key expires once its state is equivalent to a cold key. A key of
 // another type, or a corrupt state, under one of the store's key names is
 // never overwritten: that call fails with a *StateError.
@@ -262,9 +263,10 @@ func escapePart(s string) string {
 // tag is never empty), and P escapes ":" as well: the first "{" opens the
 // tag, the first "}" after it closes it, a part after it never holds a raw
 // ":", and a name is never empty.
-func redisKeys(dims []*dim, keys []string, tag string) []string {
-	out := make([]string, 0, 2*len(dims))
-	for i, d := range dims {
+func redisKeys(ks keyset) []string {
+	keys, tag := ks.keys, ks.slot
+	out := make([]string, 0, 2*len(ks.dims))
+	for i, d := range ks.dims {
 		var p string // the pause key; the state key is p without ":p" (one allocation for both)
 		if d.name != "" {
 			p = escape(d.base) + "{" + escapeTag(tag) + "}" + escapePart(d.name) + ":" + escapePart(keys[i]) + ":p"
@@ -420,7 +422,7 @@ func (r *RedisStore) degrade(ctx context.Context, op string) {
 }
 
 func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, uint32, bool, error) {
-	req := newMulti(1, now)
+	req := newMulti(1, now, key)
 	req.dims, req.algs, req.keys, req.costs = append(req.dims, d), append(req.algs, alg), append(req.keys, key), append(req.costs, cost)
 	if err := r.reserveAll(ctx, req); err != nil {
 		return algorithms.Decision{}, 0, 0, false, err
@@ -513,7 +515,7 @@ func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) e
 		kind, p := a.Params()
 		ldims[i] = lua.Dim{Kind: kind, Params: p, Cost: req.costs[i]}
 	}
-	keys := redisKeys(req.dims, req.keys, req.keys[0])
+	keys := redisKeys(req.keyset)
 	var v any
 	err := r.call(ctx, probe, func(ctx context.Context) error {
 		var err error
@@ -548,7 +550,7 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, g 
 	if g != d.alg {
 		params = &d.luaGCRA[1]
 	}
-	keys := redisKeys(req.dims, req.keys, req.keys[0])
+	keys := redisKeys(req.keyset)
 	now := r.now(req.now)
 	args := lua.ReserveGCRAArgs(now, params, req.costs[0])
 	floor := 0.0
@@ -592,17 +594,17 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, g 
 	return nil
 }
 
-func (r *RedisStore) cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, gens []uint32, costs []int64, local bool) error {
+func (r *RedisStore) cancel(ctx context.Context, ks keyset, tags []float64, gens []uint32, costs []int64, local bool) error {
 	if local { // a slot the policy granted: the local store refunds it (FailOpen granted nothing to refund)
 		if r.local == nil || tags == nil || len(gens) != len(tags) {
 			return nil
 		}
-		return r.local.cancel(ctx, r.twins(dims), keys, tags, gens, costs, false)
+		return r.local.cancel(ctx, r.twins(ks), tags, gens, costs, false)
 	}
 	var rk []string
 	var args []any
-	all := redisKeys(dims, keys, keys[0])
-	for i, d := range dims {
+	all := redisKeys(ks)
+	for i, d := range ks.dims {
 		if d.gcra == nil {
 			continue
 		}
@@ -612,31 +614,31 @@ func (r *RedisStore) cancel(ctx context.Context, dims []*dim, keys []string, tag
 	if len(rk) == 0 {
 		return nil
 	}
-	return r.write(ctx, "cancel", dims, keys, func(ctx context.Context, probe bool) error {
+	return r.write(ctx, "cancel", ks, func(ctx context.Context, probe bool) error {
 		return r.call(ctx, probe, func(ctx context.Context) error { return lua.Cancel.Run(ctx, r.client, rk, args...).Err() })
 	})
 }
 
-func (r *RedisStore) pause(ctx context.Context, dims []*dim, keys []string, now, d float64) error {
-	all := redisKeys(dims, keys, keys[0])
-	pk := make([]string, len(dims))
-	for i := range dims {
+func (r *RedisStore) pause(ctx context.Context, ks keyset, now, d float64) error {
+	all := redisKeys(ks)
+	pk := make([]string, len(ks.dims))
+	for i := range ks.dims {
 		pk[i] = all[2*i+1]
 	}
-	err := r.write(ctx, "pause", dims, keys, func(ctx context.Context, probe bool) error {
+	err := r.write(ctx, "pause", ks, func(ctx context.Context, probe bool) error {
 		return r.call(ctx, probe, func(ctx context.Context) error {
 			return lua.Pause.Run(ctx, r.client, pk, r.now(now), lua.Float(d)).Err()
 		})
 	})
 	if r.local != nil && !errors.Is(err, ErrInvalidState) { // the local fallback honours the pause too
-		_ = r.local.pause(ctx, r.twins(dims), keys, now, d)
+		_ = r.local.pause(ctx, r.twins(ks), now, d)
 	}
 	return err
 }
 
-func (r *RedisStore) reset(ctx context.Context, dims []*dim, keys []string) error {
-	all := redisKeys(dims, keys, keys[0])
-	return r.write(ctx, "reset", dims, keys, func(ctx context.Context, probe bool) error {
+func (r *RedisStore) reset(ctx context.Context, ks keyset) error {
+	all := redisKeys(ks)
+	return r.write(ctx, "reset", ks, func(ctx context.Context, probe bool) error {
 		return r.call(ctx, probe, func(ctx context.Context) error { return r.client.Del(ctx, all...).Err() })
 	})
 }
@@ -646,7 +648,7 @@ func (r *RedisStore) reset(ctx context.Context, dims []*dim, keys []string) erro
 // policy may serve (Redis down or silent) is returned as a *StoreError
 // under FailClosed, and counted and ignored under FailOpen and FailLocal;
 // every other failure is returned.
-func (r *RedisStore) write(ctx context.Context, op string, dims []*dim, keys []string, f func(ctx context.Context, probe bool) error) error {
+func (r *RedisStore) write(ctx context.Context, op string, ks keyset, f func(ctx context.Context, probe bool) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -664,7 +666,7 @@ func (r *RedisStore) write(ctx context.Context, op string, dims []*dim, keys []s
 	}
 	switch classify(err) {
 	case failData:
-		return stateError(op, err, dims, keys)
+		return stateError(op, err, ks.dims, ks.keys)
 	case failDown, failTimeout:
 		if r.policy.kind == 0 {
 			return &StoreError{Op: op, Err: err}
@@ -683,19 +685,19 @@ func (r *RedisStore) write(ctx context.Context, op string, dims []*dim, keys []s
 // for its mirrored pauses, the other policies report the outage, and Wait
 // departs on its granted slot. Otherwise every request that slept would
 // spend the store's timeout here during an outage.
-func (r *RedisStore) pauseLeft(ctx context.Context, dims []*dim, keys []string, now float64) (float64, error) {
+func (r *RedisStore) pauseLeft(ctx context.Context, ks keyset, now float64) (float64, error) {
 	try, probe := r.health.admit()
 	if !try {
-		return r.localPauseLeft(ctx, dims, keys, now)
+		return r.localPauseLeft(ctx, ks, now)
 	}
 	if probe {
 		defer r.health.probing.Store(false)
 	}
-	all := redisKeys(dims, keys, keys[0])
+	all := redisKeys(ks)
 	left := time.Duration(0)
 	err := r.call(ctx, probe, func(ctx context.Context) error {
 		cmds, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range dims {
+			for i := range ks.dims {
 				p.PTTL(ctx, all[2*i+1])
 			}
 			return nil
@@ -715,7 +717,7 @@ func (r *RedisStore) pauseLeft(ctx context.Context, dims []*dim, keys []string, 
 			return 0, e
 		}
 		if c := classify(err); c == failDown || c == failTimeout {
-			return r.localPauseLeft(ctx, dims, keys, now)
+			return r.localPauseLeft(ctx, ks, now)
 		}
 		return 0, &StoreError{Op: "pause_left", Err: err}
 	}
@@ -723,20 +725,21 @@ func (r *RedisStore) pauseLeft(ctx context.Context, dims []*dim, keys []string, 
 }
 
 // localPauseLeft answers pauseLeft while Redis is down.
-func (r *RedisStore) localPauseLeft(ctx context.Context, dims []*dim, keys []string, now float64) (float64, error) {
+func (r *RedisStore) localPauseLeft(ctx context.Context, ks keyset, now float64) (float64, error) {
 	if r.local == nil {
 		return 0, &StoreError{Op: "pause_left", Err: errJudgedDown}
 	}
-	return r.local.pauseLeft(ctx, r.twins(dims), keys, now)
+	return r.local.pauseLeft(ctx, r.twins(ks), now)
 }
 
-// twins returns the local store's twin of each dimension (see twin).
-func (r *RedisStore) twins(dims []*dim) []*dim {
-	out := make([]*dim, len(dims))
-	for i, d := range dims {
+// twins returns ks on the local store's twin of each dimension (see twin).
+func (r *RedisStore) twins(ks keyset) keyset {
+	out := make([]*dim, len(ks.dims))
+	for i, d := range ks.dims {
 		out[i] = r.twin(d)
 	}
-	return out
+	ks.dims = out
+	return ks
 }
 
 // handoff keeps, per key, the end of the slots the FailLocal policy granted

@@ -22,7 +22,7 @@ func luaReserveGCRA(c *redis.Client, keys []string, args []any) error {
 
 // stateKey returns the Redis state key of key for s's first dimension.
 func stateKey(s *Shaper, key string) string {
-	return redisKeys(s.dims[:1], []string{key}, key)[0]
+	return redisKeys(keyset{dims: s.dims[:1], keys: []string{key}, slot: key})[0]
 }
 
 // One key whose data cannot be used (a user's hash at the library's key name,
@@ -112,7 +112,7 @@ func TestRedisPauseNeverOverwritesForeignData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pk := redisKeys(s.dims, []string{"k"}, "k")[1]
+	pk := redisKeys(keyset{dims: s.dims, keys: []string{"k"}, slot: "k"})[1]
 	if err := c.RPush(bg, pk, "a", "b").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -481,8 +481,8 @@ func TestRedisKeysOfDifferentUsersNeverCollide(t *testing.T) {
 		if err := s.Pause(bg, "bob", 5*time.Minute); err == nil {
 			// bob's pause pauses the shared account too, so compare users on
 			// their own dimension: bob:p's state must not read bob's pause.
-			keys := redisKeys(s.dims, []string{"acct", "bob:p"}, "acct")
-			pause := redisKeys(s.dims, []string{"acct", "bob"}, "acct")
+			keys := redisKeys(keyset{dims: s.dims, keys: []string{"acct", "bob:p"}, slot: "acct"})
+			pause := redisKeys(keyset{dims: s.dims, keys: []string{"acct", "bob"}, slot: "acct"})
 			if keys[2] == pause[3] {
 				t.Fatalf("bob:p's state key is bob's pause key %q", keys[2])
 			}

@@ -68,6 +68,12 @@ var oddKeys = []string{"a", "b{x}", "c}", "{d", "e f", "ключ", `g\h`, "a"}
 // after, if not nil, runs after every operation.
 func runScenario(t *testing.T, s *Shaper, clock *timer.Fake, seed uint64, after func()) []string {
 	t.Helper()
+	return runScenarioKeys(t, s, clock, seed, oddKeys, after)
+}
+
+// runScenarioKeys is runScenario over the given keys.
+func runScenarioKeys(t *testing.T, s *Shaper, clock *timer.Fake, seed uint64, oddKeys []string, after func()) []string {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 3))
 	var out []string
 	var held []Reservation
@@ -186,7 +192,7 @@ func TestRedisClusterMatchesMemoryStore(t *testing.T) {
 func TestRedisKeysAreEscaped(t *testing.T) {
 	t.Parallel()
 	d := &dim{base: "tk:{evil}:", name: "tokens"}
-	keys := redisKeys([]*dim{{base: "tk:{evil}:"}, d}, []string{"{slot}x", "y}"}, "{slot}x")
+	keys := redisKeys(keyset{dims: []*dim{{base: "tk:{evil}:"}, d}, keys: []string{"{slot}x", "y}"}, slot: "{slot}x"})
 	for _, k := range keys {
 		open := strings.Index(k, "{")
 		closing := strings.Index(k[open+1:], "}")

@@ -19,7 +19,7 @@ func (k keyTuple) redisKey() string {
 	if k.name == "" {
 		tag = k.key // a shaper of one contract hashes on its own key
 	}
-	keys := redisKeys([]*dim{d}, []string{k.key}, tag)
+	keys := redisKeys(keyset{dims: []*dim{d}, keys: []string{k.key}, slot: tag})
 	if k.pause {
 		return keys[1]
 	}

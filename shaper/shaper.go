@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
@@ -33,6 +35,16 @@ type Dimension struct {
 	// Cost maps the caller's cost to this dimension's units (nil: the same
 	// cost). A mapped cost of 0 leaves the dimension out of that request.
 	Cost func(cost int64) int64
+	// Slot marks the broadest dimension: the one whose key every other
+	// dimension's key determines (the account, over users). On Redis all
+	// the keys of one reservation live in the cluster hash slot of this
+	// dimension's key, so that one script can update them atomically. When
+	// no dimension is marked, the slot dimension is the one with a Key
+	// mapping, or the caller's key when no dimension maps it; All refuses
+	// two dimensions with Key mappings unless one is marked, because which
+	// one is broadest cannot be told from the functions. The order of the
+	// dimensions never matters.
+	Slot bool
 }
 
 // Shaper paces requests per key against a contract. Every request reserves a
@@ -63,6 +75,7 @@ type Shaper struct {
 	remote    bool
 	gcraAllow *algorithms.GCRA // dims[0].allow as a *GCRA (dims[0].gcra is the main one)
 	single    bool             // one dimension, no Key or Cost mapping
+	slot      *dim             // the dimension whose key is the hash slot (nil: the caller's key); see Dimension.Slot
 }
 
 var _ Reserver = (*Shaper)(nil)
@@ -110,7 +123,14 @@ func All(store Store, dims []Dimension, opts ...Option) (*Shaper, error) {
 		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimensions", Value: 0, Reason: "need at least one"}
 	}
 	seen := map[string]bool{}
+	marked, mapped := 0, 0
 	for _, d := range dims {
+		if d.Slot {
+			marked++
+		}
+		if d.Key != nil {
+			mapped++
+		}
 		if len(dims) > 1 && d.Name == "" {
 			return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.Name", Value: `""`, Reason: "every dimension of a multi-dimension shaper needs a name"}
 		}
@@ -118,6 +138,12 @@ func All(store Store, dims []Dimension, opts ...Option) (*Shaper, error) {
 			return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.Name", Value: d.Name, Reason: "names must be unique"}
 		}
 		seen[d.Name] = true
+	}
+	if marked > 1 {
+		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.Slot", Value: marked, Reason: "at most one dimension may be the slot dimension"}
+	}
+	if marked == 0 && mapped > 1 {
+		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.Slot", Value: false, Reason: "several dimensions map the key: mark the broadest one (whose key the others' keys determine) with Slot"}
 	}
 	return newShaper(store, dims, opts)
 }
@@ -173,7 +199,13 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 			return nil, err
 		}
 		s.dims = append(s.dims, d)
+		if spec.Slot || (spec.Key != nil && s.slot == nil) {
+			s.slot = d
+		}
 	}
+	// The dimensions in name order: the order they are given in never
+	// changes a decision, not even which dimension a tie names as binding.
+	slices.SortFunc(s.dims, func(a, b *dim) int { return strings.Compare(a.name, b.name) })
 	s.single = len(s.dims) == 1 && s.dims[0].key == nil && s.dims[0].cost == nil
 	if rs, ok := store.(*RedisStore); ok {
 		s.remote = !rs.clientClock
@@ -245,7 +277,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	}
 	if r.m != nil {
 		st := startStore(ctx)
-		err := r.s.store.cancel(ctx, r.m.dims, r.m.keys, r.m.tags, r.m.gens, r.m.costs, r.m.local)
+		err := r.s.store.cancel(ctx, r.m.keyset, r.m.tags, r.m.gens, r.m.costs, r.m.local)
 		st.done("cancel", err)
 		return err
 	}
@@ -254,7 +286,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		return nil
 	}
 	st := startStore(ctx)
-	err := r.s.store.cancel(ctx, r.s.dims[:1], []string{r.key}, []float64{r.tag}, []uint32{r.gen}, []int64{r.cost}, r.local)
+	err := r.s.store.cancel(ctx, keyset{dims: r.s.dims[:1], keys: []string{r.key}, slot: r.key}, []float64{r.tag}, []uint32{r.gen}, []int64{r.cost}, r.local)
 	st.done("cancel", err)
 	return err
 }
@@ -385,7 +417,7 @@ func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool)
 }
 
 func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow bool, now time.Time, ms float64) (outcome, error) {
-	req := newMulti(len(s.dims), ms)
+	req := newMulti(len(s.dims), ms, s.slotOf(key))
 	for _, d := range s.dims {
 		c, k := cost, key
 		if d.cost != nil {
@@ -589,12 +621,12 @@ func (s *Shaper) sleepChecking(ctx context.Context, key string, r Reservation) (
 // pausedAt reports whether a pause on key outlasts the instant now + the
 // time to its end, as the store says; a failed read says no.
 func (s *Shaper) pausedAt(ctx context.Context, key string, now time.Time) bool {
-	dims, keys, err := s.keys(key)
+	ks, err := s.keys(key)
 	if err != nil {
 		return false
 	}
 	st := startStore(ctx)
-	left, err := s.store.pauseLeft(ctx, dims, keys, algorithms.Millis(now))
+	left, err := s.store.pauseLeft(ctx, ks, algorithms.Millis(now))
 	st.done("pause_left", err)
 	return err == nil && left > 0
 }
@@ -664,12 +696,12 @@ func (s *Shaper) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil { // a done ctx erases nothing
 		return err
 	}
-	dims, keys, err := s.keys(key)
+	ks, err := s.keys(key)
 	if err != nil {
 		return err
 	}
 	st := startStore(ctx)
-	err = s.store.reset(ctx, dims, keys)
+	err = s.store.reset(ctx, ks)
 	st.done("reset", err)
 	return err
 }
@@ -699,20 +731,20 @@ func (s *Shaper) Pause(ctx context.Context, key string, d time.Duration) error {
 	if d > MaxPause {
 		return &ConfigError{Algorithm: "shaper", Field: "Pause", Value: d, Reason: fmt.Sprintf("must be at most %v", MaxPause)}
 	}
-	dims, keys, err := s.keys(key)
+	ks, err := s.keys(key)
 	if err != nil {
 		return err
 	}
 	st := startStore(ctx)
-	err = s.store.pause(ctx, dims, keys, algorithms.Millis(s.cfg.clock.Now()), algorithms.DurationMillis(d))
+	err = s.store.pause(ctx, ks, algorithms.Millis(s.cfg.clock.Now()), algorithms.DurationMillis(d))
 	st.done("pause", err)
 	return err
 }
 
 // keys maps key to every dimension's key.
-func (s *Shaper) keys(key string) ([]*dim, []string, error) {
+func (s *Shaper) keys(key string) (keyset, error) {
 	if err := checkKey(key); err != nil {
-		return nil, nil, err
+		return keyset{}, err
 	}
 	keys := make([]string, len(s.dims))
 	for i, d := range s.dims {
@@ -720,9 +752,18 @@ func (s *Shaper) keys(key string) ([]*dim, []string, error) {
 		if d.key != nil {
 			keys[i] = d.key(key)
 			if err := checkKey(keys[i]); err != nil {
-				return nil, nil, err
+				return keyset{}, err
 			}
 		}
 	}
-	return s.dims, keys, nil
+	return keyset{dims: s.dims, keys: keys, slot: s.slotOf(key)}, nil
+}
+
+// slotOf returns the key whose hash slot holds every key of a request on
+// key: the slot dimension's key (see Dimension.Slot).
+func (s *Shaper) slotOf(key string) string {
+	if s.slot == nil || s.slot.key == nil {
+		return key
+	}
+	return s.slot.key(key)
 }

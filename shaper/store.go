@@ -25,15 +25,26 @@ type Store interface {
 	// tags and gens are what reserve returned (gen: a store's way to tell
 	// reservations with one TAT apart; 0 where it has none), local the
 	// reservation's local flag.
-	cancel(ctx context.Context, dims []*dim, keys []string, tags []float64, gens []uint32, costs []int64, local bool) error
+	cancel(ctx context.Context, ks keyset, tags []float64, gens []uint32, costs []int64, local bool) error
 	// pause holds every departure on the keys for d ms from now (ms; a store
 	// on the server's clock measures from its own now).
-	pause(ctx context.Context, dims []*dim, keys []string, now, d float64) error
+	pause(ctx context.Context, ks keyset, now, d float64) error
 	// reset forgets the keys.
-	reset(ctx context.Context, dims []*dim, keys []string) error
+	reset(ctx context.Context, ks keyset) error
 	// pauseLeft returns how many ms remain of the longest pause on the keys
 	// (0 when none), now being the shaper's clock in ms.
-	pauseLeft(ctx context.Context, dims []*dim, keys []string, now float64) (float64, error)
+	pauseLeft(ctx context.Context, ks keyset, now float64) (float64, error)
+}
+
+// keyset names the keys one call touches: per dimension, its key. slot is
+// the key that places all of them in one Redis Cluster hash slot: the key of
+// the shaper's slot dimension (see Dimension.Slot), computed from the
+// caller's key, so that it does not depend on the order of the dimensions
+// or on which of them a request leaves out.
+type keyset struct {
+	dims []*dim
+	keys []string
+	slot string
 }
 
 // multi is one multi-dimension transition: the inputs, then the outputs.
@@ -51,21 +62,20 @@ type multiBuf struct {
 
 // newMulti returns an empty request for up to n dimensions at now: one
 // allocation for n <= 4.
-func newMulti(n int, now float64) *multi {
+func newMulti(n int, now float64, slot string) *multi {
 	if n > 4 {
-		return &multi{now: now, dims: make([]*dim, 0, n), algs: make([]algorithms.Algorithm, 0, n), keys: make([]string, 0, n), costs: make([]int64, 0, n)}
+		return &multi{now: now, keyset: keyset{dims: make([]*dim, 0, n), keys: make([]string, 0, n), slot: slot}, algs: make([]algorithms.Algorithm, 0, n), costs: make([]int64, 0, n)}
 	}
 	b := &multiBuf{}
-	b.multi = multi{now: now, dims: b.d[:0], algs: b.alg[:0], keys: b.key[:0], costs: b.cost[:0], tags: b.tag[:0], gens: b.gen[:0]}
+	b.multi = multi{now: now, keyset: keyset{dims: b.d[:0], keys: b.key[:0], slot: slot}, algs: b.alg[:0], costs: b.cost[:0], tags: b.tag[:0], gens: b.gen[:0]}
 	return &b.multi
 }
 
 type multi struct {
-	dims  []*dim
-	algs  []algorithms.Algorithm
-	keys  []string
-	costs []int64
-	now   float64
+	keyset // the dimensions taking part, their keys and the slot
+	algs   []algorithms.Algorithm
+	costs  []int64
+	now    float64
 
 	dec   algorithms.AllDecision
 	tags  []float64 // per dimension, the first number of its new state (GCRA: the TAT)
