@@ -203,7 +203,7 @@ func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item,
 		q.mu.Unlock()
 		return nil, err
 	}
-	it := &item{job: job, at: time.Now().Add(res.Delay), res: res, ctx: ctx, result: result}
+	it := &item{job: job, at: res.Time(), res: res, ctx: ctx, result: result}
 	if q.closing { // Close began while we reserved
 		q.mu.Unlock()
 		_ = res.Cancel(context.WithoutCancel(ctx))
@@ -252,10 +252,10 @@ func (q *Queue) nudge() {
 
 // dispatch starts due jobs, earliest departure first, under the concurrency
 // cap. A job waiting for a worker never holds up the timer of another key.
+// It waits for a job's departure on the clock of the shaper that granted it
+// (Reservation.Clock), so that a queue runs on a test's fake clock.
 func (q *Queue) dispatch() {
 	defer close(q.done)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
 		q.mu.Lock()
 		if q.pending.Len() == 0 {
@@ -272,15 +272,16 @@ func (q *Queue) dispatch() {
 			continue
 		}
 		next := q.pending[0]
-		wait := time.Until(next.at)
-		if wait > 0 {
+		clock := next.res.Clock()
+		if wait := next.at.Sub(clock.Now()); wait > 0 {
 			q.mu.Unlock()
-			timer.Reset(wait)
+			t := clock.NewTimer(wait)
 			select {
-			case <-timer.C:
+			case <-t.C():
 			case <-q.wake:
-				timer.Stop()
+				t.Stop()
 			case <-q.stop.Done():
+				t.Stop()
 				return
 			}
 			continue

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/shaper"
+	"github.com/throttlekit/throttlekit-go/shaper/shapertest"
 	"go.uber.org/goleak"
 )
 
@@ -33,16 +34,17 @@ func router(m map[string]shaper.Reserver) shaper.Reserver {
 	return shaper.Route(func(key string) shaper.Reserver { return m[key] })
 }
 
-// starts records when each key's jobs started.
+// starts records when, on clock, each key's jobs started.
 type starts struct {
-	mu sync.Mutex
-	at map[string][]time.Time
+	clock *shapertest.Clock
+	mu    sync.Mutex
+	at    map[string][]time.Duration // since t0
 }
 
 func (s *starts) job(key string, run func()) Job {
 	return Job{Key: key, Run: func(context.Context) error {
 		s.mu.Lock()
-		s.at[key] = append(s.at[key], time.Now())
+		s.at[key] = append(s.at[key], s.clock.Now().Sub(t0))
 		s.mu.Unlock()
 		if run != nil {
 			run()
@@ -51,20 +53,18 @@ func (s *starts) job(key string, run func()) Job {
 	}}
 }
 
-// Three keys at different rates in one pool: each key's jobs start no closer
-// together than half its interval. The slots are exactly one interval apart;
-// a job that starts late (a goroutine woken late under -race on two loaded
-// cores) shortens the gap after it by its lateness, so the slack is half an
-// interval (25 ms and more), and the median gap must be the interval.
+// Three keys at different rates in one pool: each key's jobs start exactly
+// at their slots, one interval apart, on the shaper's clock.
 func TestThreeKeysKeepTheirRates(t *testing.T) {
 	t.Parallel()
+	clock := shapertest.NewClock(t0)
 	r := router(map[string]shaper.Reserver{
-		"a": newShaper(t, shaper.PerSecond(20)),
-		"b": newShaper(t, shaper.PerSecond(10)),
-		"c": newShaper(t, shaper.PerSecond(5)),
+		"a": fakeShaper(t, clock, shaper.PerSecond(20)),
+		"b": fakeShaper(t, clock, shaper.PerSecond(10)),
+		"c": fakeShaper(t, clock, shaper.PerSecond(5)),
 	})
 	q := New(r, WithWorkers(4))
-	st := &starts{at: map[string][]time.Time{}}
+	st := &starts{clock: clock, at: map[string][]time.Duration{}}
 	for range 6 {
 		for _, k := range []string{"a", "b", "c"} {
 			if err := q.Submit(bg, st.job(k, nil)); err != nil {
@@ -72,86 +72,75 @@ func TestThreeKeysKeepTheirRates(t *testing.T) {
 			}
 		}
 	}
-	if err := q.Close(bg); err != nil {
+	if err := closeDriving(t, q, clock); err != nil {
 		t.Fatal(err)
 	}
 	for k, interval := range map[string]time.Duration{"a": 50 * time.Millisecond, "b": 100 * time.Millisecond, "c": 200 * time.Millisecond} {
-		ts := st.at[k]
-		if len(ts) != 6 {
-			t.Fatalf("key %s: %d jobs ran, want 6", k, len(ts))
+		var want []time.Duration
+		for i := range 6 {
+			want = append(want, time.Duration(i)*interval)
 		}
-		var gaps []time.Duration
-		for i := 1; i < len(ts); i++ {
-			gap := ts[i].Sub(ts[i-1])
-			if gap < interval/2 {
-				t.Fatalf("key %s: jobs %d and %d started %v apart, want about %v", k, i-1, i, gap, interval)
-			}
-			gaps = append(gaps, gap)
-		}
-		slices.Sort(gaps)
-		if med := gaps[len(gaps)/2]; med < interval*4/5 || med > interval*3/2 {
-			t.Fatalf("key %s: median gap %v, want about %v", k, med, interval)
+		if !slices.Equal(st.at[k], want) {
+			t.Fatalf("key %s started at %v, want %v", k, st.at[k], want)
 		}
 	}
 }
 
-// A key paused for an hour does not delay another key's jobs; Close that
-// gives up reports the paused key's job instead of dropping it.
+// A key paused for an hour does not delay another key's jobs, even with one
+// worker: they start at their own slots. Close that gives up reports the
+// paused key's job instead of dropping it.
 func TestNoHeadOfLineBlocking(t *testing.T) {
 	t.Parallel()
-	s := newShaper(t, shaper.PerSecond(100), shaper.WithMaxQueue(2*time.Hour))
+	clock := shapertest.NewClock(t0)
+	s := fakeShaper(t, clock, shaper.PerSecond(100), shaper.WithMaxQueue(2*time.Hour))
 	_ = s.Pause(bg, "slow", time.Hour)
 	var errs []error
 	var mu sync.Mutex
 	q := New(s, WithWorkers(1), WithErrorHandler(func(_ Job, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }))
-	ran := make(chan string, 10)
-	slow := Job{Key: "slow", Run: func(context.Context) error { ran <- "slow"; return nil }}
-	if err := q.Submit(bg, slow); err != nil {
+	st := &starts{clock: clock, at: map[string][]time.Duration{}}
+	if err := q.Submit(bg, st.job("slow", nil)); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	for range 5 {
-		if err := q.Submit(bg, Job{Key: "fast", Run: func(context.Context) error { ran <- "fast"; return nil }}); err != nil {
+		if err := q.Submit(bg, st.job("fast", nil)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for range 5 {
-		if k := <-ran; k != "fast" {
-			t.Fatalf("%s ran", k)
-		}
+	for range 5 { // to each fast slot, not to the slow one an hour away
+		settle(t, q, clock)
+		clock.Advance(10 * time.Millisecond)
 	}
-	if took := time.Since(start); took > time.Second {
-		t.Fatalf("5 fast jobs at 100/s took %v behind a key paused for an hour", took)
+	settle(t, q, clock)
+	if want := []time.Duration{0, 10 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond, 40 * time.Millisecond}; !slices.Equal(st.at["fast"], want) {
+		t.Fatalf("fast jobs started at %v behind a key paused for an hour, want %v", st.at["fast"], want)
 	}
-	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
-	defer cancel()
-	if err := q.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	if err := q.Close(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Close = %v", err)
 	}
-	if len(ran) != 0 || len(errs) != 1 || !errors.Is(errs[0], ErrClosed) {
-		t.Fatalf("after Close gave up: %d ran, errors %v; want the slow job reported as ErrClosed", len(ran), errs)
+	if len(st.at["slow"]) != 0 || len(errs) != 1 || !errors.Is(errs[0], ErrClosed) {
+		t.Fatalf("after Close gave up: slow started at %v, errors %v; want the slow job reported as ErrClosed", st.at["slow"], errs)
 	}
 }
 
-// Past MaxQueue, Submit fails at once with a QueueFullError and nothing runs;
-// past MaxPending, ErrFull.
+// Past MaxQueue, Submit fails at once with a QueueFullError and nothing
+// runs; past MaxPending, ErrFull. The clock never moves while Submit runs:
+// a Submit that waited for a slot would never return.
 func TestBackpressure(t *testing.T) {
 	t.Parallel()
+	clock := shapertest.NewClock(t0)
 	var runs atomic.Int32
 	job := Job{Key: "k", Run: func(context.Context) error { runs.Add(1); return nil }}
-	q := New(newShaper(t, shaper.PerSecond(1), shaper.WithMaxQueue(100*time.Millisecond)))
+	q := New(fakeShaper(t, clock, shaper.PerSecond(1), shaper.WithMaxQueue(100*time.Millisecond)))
 	if err := q.Submit(bg, job); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	err := q.Submit(bg, job)
 	var qf *shaper.QueueFullError
-	// "At once": well under the 1 s the slot was away (500 ms leaves room for
-	// a loaded -race run).
-	if !errors.As(err, &qf) || time.Since(start) > 500*time.Millisecond {
-		t.Fatalf("Submit past MaxQueue: %v after %v, want a QueueFullError at once", err, time.Since(start))
+	if err := q.Submit(bg, job); !errors.As(err, &qf) || qf.Delay != time.Second {
+		t.Fatalf("Submit past MaxQueue: %v, want a QueueFullError for a 1s wait", err)
 	}
-	if err := q.Close(bg); err != nil {
+	if err := closeDriving(t, q, clock); err != nil {
 		t.Fatal(err)
 	}
 	if runs.Load() != 1 {
@@ -160,46 +149,54 @@ func TestBackpressure(t *testing.T) {
 	if err := q.Submit(bg, job); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Submit after Close: %v", err)
 	}
-	p := New(newShaper(t, shaper.PerSecond(1), shaper.WithMaxQueue(time.Minute)), WithMaxPending(2))
+	p := New(fakeShaper(t, clock, shaper.PerSecond(1), shaper.WithMaxQueue(time.Minute)), WithMaxPending(2))
 	for i, want := range []error{nil, nil, nil, ErrFull} { // the first leaves at once; two wait; the fourth finds two pending
 		if err := p.Submit(bg, job); !errors.Is(err, want) && !(want == nil && err == nil) {
 			t.Fatalf("submit %d: %v, want %v", i, err, want)
 		}
-		time.Sleep(10 * time.Millisecond)
+		settle(t, p, clock)
 	}
-	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
-	defer cancel()
-	_ = p.Close(ctx)
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	var ce *CloseError
+	if err := p.Close(ctx); !errors.As(err, &ce) || ce.Withdrawn != 2 {
+		t.Fatalf("Close: %v, want the two waiting jobs withdrawn", err)
+	}
 }
 
-// Close drains: N accepted jobs, exactly N runs; when Close's ctx ends first,
-// runs plus reported errors still make N.
+// Close drains: N accepted jobs, exactly N runs; when Close's ctx ends
+// first, the jobs whose slots came ran and every other one is reported.
 func TestCloseDrains(t *testing.T) {
 	t.Parallel()
 	for _, giveUp := range []bool{false, true} {
+		clock := shapertest.NewClock(t0)
 		var runs, reported atomic.Int32
-		q := New(newShaper(t, shaper.PerSecond(20)), WithErrorHandler(func(_ Job, err error) {
+		q := New(fakeShaper(t, clock, shaper.PerSecond(20)), WithErrorHandler(func(_ Job, err error) {
 			if errors.Is(err, ErrClosed) {
 				reported.Add(1)
 			}
 		}))
-		const N = 30 // 1.5 s of work at 20/s
+		const N = 30 // 1.45 s of slots at 20/s
 		for range N {
 			if err := q.Submit(bg, Job{Key: "k", Run: func(context.Context) error { runs.Add(1); return nil }}); err != nil {
 				t.Fatal(err)
 			}
 		}
+		if !giveUp {
+			if err := closeDriving(t, q, clock); err != nil || runs.Load() != N || reported.Load() != 0 {
+				t.Fatalf("Close = %v: %d ran and %d were reported, want all %d run", err, runs.Load(), reported.Load(), N)
+			}
+			continue
+		}
+		for range 6 { // the slots at 0, 50, ..., 300 ms come: 7 jobs
+			settle(t, q, clock)
+			clock.Advance(50 * time.Millisecond)
+		}
+		settle(t, q, clock)
 		ctx, cancel := context.WithCancel(bg)
-		if giveUp {
-			ctx, cancel = context.WithTimeout(bg, 300*time.Millisecond)
-		}
-		err := q.Close(ctx)
 		cancel()
-		if giveUp != errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("giveUp=%v: Close = %v", giveUp, err)
-		}
-		if got := runs.Load() + reported.Load(); got != N || (!giveUp && runs.Load() != N) || (giveUp && reported.Load() == 0) {
-			t.Fatalf("giveUp=%v: %d ran and %d were reported, want %d in all", giveUp, runs.Load(), reported.Load(), N)
+		if err := q.Close(ctx); !errors.Is(err, context.Canceled) || runs.Load() != 7 || reported.Load() != N-7 {
+			t.Fatalf("Close = %v: %d ran and %d were reported, want 7 and %d", err, runs.Load(), reported.Load(), N-7)
 		}
 	}
 }
@@ -208,7 +205,8 @@ func TestCloseDrains(t *testing.T) {
 // reported, and gives its slot back (the tail refund).
 func TestCancelledJobFreesItsSlot(t *testing.T) {
 	t.Parallel()
-	s := newShaper(t, shaper.PerSecond(1))
+	clock := shapertest.NewClock(t0)
+	s := fakeShaper(t, clock, shaper.PerSecond(1))
 	var reported []error
 	var mu sync.Mutex
 	q := New(s, WithErrorHandler(func(_ Job, err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }))
@@ -222,16 +220,13 @@ func TestCancelledJobFreesItsSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	deadline := time.Now().Add(5 * time.Second)
-	for q.Pending() != 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	until(t, "the cancelled job to be withdrawn", func() bool { return q.Pending() == 0 })
 	r, err := s.Reserve(bg, "k", 1)
-	if err != nil || r.Delay > time.Second || r.Delay < 900*time.Millisecond {
-		t.Fatalf("the next slot is %v away (%v); want the cancelled job's, about 1s", r.Delay, err)
+	if err != nil || r.Delay != time.Second {
+		t.Fatalf("the next slot is %v away (%v); want the cancelled job's, 1s", r.Delay, err)
 	}
 	_ = r.Cancel(bg)
-	if err := q.Close(bg); err != nil {
+	if err := closeDriving(t, q, clock); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -275,7 +270,8 @@ func TestPanicsAreReportedAndDoReturnsTheError(t *testing.T) {
 // Jobs of one key start in the order they were reserved.
 func TestOneKeyStartsInOrder(t *testing.T) {
 	t.Parallel()
-	q := New(newShaper(t, shaper.PerSecond(200)), WithWorkers(8))
+	clock := shapertest.NewClock(t0)
+	q := New(fakeShaper(t, clock, shaper.PerSecond(200)), WithWorkers(8))
 	var mu sync.Mutex
 	var order []int
 	for i := range 40 {
@@ -288,36 +284,57 @@ func TestOneKeyStartsInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := q.Close(bg); err != nil {
+	if err := closeDriving(t, q, clock); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.IsSorted(order) {
+	if len(order) != 40 || !slices.IsSorted(order) {
 		t.Fatalf("start order %v", order)
 	}
 }
 
-// Wrap paces an existing consumer loop without the pool.
+// Wrap paces an existing consumer loop without the pool: messages are
+// handled exactly at their slots on the shaper's clock.
 func TestWrap(t *testing.T) {
 	t.Parallel()
-	s := newShaper(t, shaper.PerSecond(20))
-	var seen []time.Time
+	clock := shapertest.NewClock(t0)
+	s := fakeShaper(t, clock, shaper.PerSecond(20))
+	var seen []time.Duration
 	h := Wrap(s, func(m string) string { return m }, nil, func(_ context.Context, m string) error {
-		seen = append(seen, time.Now())
+		seen = append(seen, clock.Now().Sub(t0))
 		return nil
 	})
-	for range 5 {
-		if err := h(bg, "topic"); err != nil {
+	done := make(chan error, 1)
+	go func() {
+		for range 5 {
+			if err := h(bg, "topic"); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for range 4 {
+		if err := clock.WaitForTimers(bg, 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(50 * time.Millisecond)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if want := []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond}; !slices.Equal(seen, want) {
+		t.Fatalf("5 messages at 20/s handled at %v, want %v", seen, want)
+	}
+	// The key "other" is booked 100 ms ahead; a handler whose ctx ends in
+	// 10 ms (real time: the ctx's deadline is on the system clock) is
+	// refused at once with an error matching DeadlineExceeded.
+	for range 3 {
+		if _, err := s.Reserve(bg, "other", 1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if span := seen[4].Sub(seen[0]); span < 190*time.Millisecond {
-		t.Fatalf("5 messages at 20/s took %v, want >= 200ms", span)
-	}
 	ctx, cancel := context.WithTimeout(bg, 10*time.Millisecond)
 	defer cancel()
-	for range 3 {
-		_ = s.Wait(bg, "other", 1)
-	}
 	if err := Wrap(s, func(m string) string { return "other" }, nil, func(context.Context, string) error { return nil })(ctx, "x"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wrap past the deadline: %v", err)
 	}

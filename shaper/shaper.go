@@ -256,8 +256,19 @@ type Reservation struct {
 	done  bool
 }
 
-// Time returns the departure instant on the shaper's clock.
+// Time returns the departure instant on the shaper's clock (see Clock).
 func (r *Reservation) Time() time.Time { return r.now.Add(r.Delay) }
+
+// Clock returns the clock of the shaper that granted r, on which Time is an
+// instant: code that schedules reservations (a queue, say) waits for Time on
+// it, so that it runs on a test's fake clock as the shaper does. The zero
+// Reservation returns the system clock.
+func (r *Reservation) Clock() Clock {
+	if r.s == nil {
+		return timer.Real()
+	}
+	return r.s.cfg.clock
+}
 
 // Cancel gives the slot back if its time has not passed and the key's
 // schedule still ends with this reservation (nothing reserved after it
