@@ -33,12 +33,6 @@ type Decision struct {
 	raw [3]float64 // wait-or-retry (ms), remaining, reset (ms), before rounding
 }
 
-// Raw returns the figures the decision was made from, before rounding to
-// time.Duration and whole units: the delay (admitted) or retry-after
-// (refused) in milliseconds, the remaining units, and the reset in
-// milliseconds. Go and Lua agree on them bit for bit.
-func (d Decision) Raw() (wait, remaining, reset float64) { return d.raw[0], d.raw[1], d.raw[2] }
-
 // Algorithm is the transition every rate-limiting algorithm implements, split
 // into a read-only evaluation and a commit so that several algorithms can be
 // combined atomically (see [All]). Times are float64 milliseconds since the
@@ -74,11 +68,10 @@ type Algorithm interface {
 	Params() (kind string, p [6]float64)
 }
 
-// MakeDecision builds a Decision from the raw figures of a transition, as
-// Reserve does: wait (admitted) or retry (refused) in milliseconds, remaining
-// units and reset in milliseconds. The Redis store uses it to turn a Lua reply
-// into the very Decision the Go transition would return.
-func MakeDecision(allowed bool, wait, remaining, reset float64) Decision {
+// makeDecision builds a Decision from the raw figures of a transition:
+// wait (admitted) or retry (refused) in milliseconds, remaining units and
+// reset in milliseconds.
+func makeDecision(allowed bool, wait, remaining, reset float64) Decision {
 	raw := [3]float64{wait, remaining, reset}
 	if allowed {
 		return Decision{Allowed: true, Delay: Duration(wait), Remaining: units(remaining), ResetAfter: Duration(reset), raw: raw}
@@ -110,11 +103,11 @@ func ReserveNotBefore(a Algorithm, st State, now, notBefore float64, cost int64)
 	}
 	if maxWait := a.MaxWait(); wait > maxWait {
 		rem, reset := a.Status(st, now)
-		return st, MakeDecision(false, wait-maxWait, rem, reset), nil
+		return st, makeDecision(false, wait-maxWait, rem, reset), nil
 	}
 	st = a.Commit(st, now, wait, cost)
 	rem, reset := a.Status(st, now)
-	return st, MakeDecision(true, wait, rem, reset), nil
+	return st, makeDecision(true, wait, rem, reset), nil
 }
 
 // Millis converts t to float64 milliseconds since the Unix epoch, the time

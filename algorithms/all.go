@@ -64,13 +64,13 @@ func AllNotBefore(dims []Dim, now, notBefore float64) (AllDecision, error) {
 	b := &dims[binding]
 	if wait > maxWait {
 		rem, reset := b.Alg.Status(b.State, now)
-		return AllDecision{MakeDecision(false, wait-maxWait, rem, reset), bindingOr(floored, binding)}, nil
+		return AllDecision{makeDecision(false, wait-maxWait, rem, reset), bindingOr(floored, binding)}, nil
 	}
 	for i := range dims {
 		dims[i].State = dims[i].Alg.Commit(dims[i].State, now, wait, dims[i].Cost)
 	}
 	rem, reset := b.Alg.Status(b.State, now)
-	return AllDecision{MakeDecision(true, wait, rem, reset), bindingOr(floored, binding)}, nil
+	return AllDecision{makeDecision(true, wait, rem, reset), bindingOr(floored, binding)}, nil
 }
 
 func bindingOr(floor bool, binding int) int {

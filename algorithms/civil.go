@@ -8,8 +8,8 @@ import "math"
 // math.Floor for every division, so that the Lua scripts (whose only number
 // type is the double) compute the very same values.
 
-// DaysFromCivil returns the day number of year y, month m (1-12), day d (1-31).
-func DaysFromCivil(y, m, d float64) float64 {
+// daysFromCivil returns the day number of year y, month m (1-12), day d (1-31).
+func daysFromCivil(y, m, d float64) float64 {
 	if m <= 2 {
 		y--
 	}
@@ -24,8 +24,8 @@ func DaysFromCivil(y, m, d float64) float64 {
 	return float64(era*146097) + doe - 719468
 }
 
-// CivilFromDays returns the year, month (1-12) and day (1-31) of day number z.
-func CivilFromDays(z float64) (y, m, d float64) {
+// civilFromDays returns the year, month (1-12) and day (1-31) of day number z.
+func civilFromDays(z float64) (y, m, d float64) {
 	z += 719468
 	era := math.Floor(z / 146097)
 	doe := z - float64(era*146097)                                                                         // [0, 146096]
@@ -44,7 +44,7 @@ func CivilFromDays(z float64) (y, m, d float64) {
 	return y, m, d
 }
 
-// Weekday returns the day of the week of day number z, 0 = Sunday.
-func Weekday(z float64) float64 { return floorMod(z+4, 7) } // 1970-01-01 was a Thursday
+// weekday returns the day of the week of day number z, 0 = Sunday.
+func weekday(z float64) float64 { return floorMod(z+4, 7) } // 1970-01-01 was a Thursday
 
 func floorMod(a, b float64) float64 { return a - float64(math.Floor(a/b)*b) }

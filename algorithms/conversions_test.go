@@ -81,7 +81,7 @@ func TestNames(t *testing.T) {
 		t.Fatalf("names %q, want %q", got, want)
 	}
 	g := must(NewGCRA(Rate{Count: 4, Period: time.Second, Burst: 3}))
-	if g.Interval() != 250 || g.Tolerance() != 750 {
-		t.Fatalf("interval %v tolerance %v, want 250 and 750", g.Interval(), g.Tolerance())
+	if _, p := g.Params(); g.Interval() != 250 || p[1] != 750 {
+		t.Fatalf("interval %v tolerance %v, want 250 and 750", g.Interval(), p[1])
 	}
 }

@@ -2,8 +2,9 @@ package algorithms
 
 import (
 	"fmt"
-	"math"
 	"time"
+
+	"github.com/throttlekit/throttlekit-go/internal/gcra"
 )
 
 // GCRA is the generic cell rate algorithm and its waiting form, the leaky
@@ -33,13 +34,13 @@ import (
 // enough to hold it and then departs as one unit of c, so the bound becomes
 // W/T + max(Burst, c).
 //
+// The transition is package internal/gcra's, which the stores call too.
+//
 // State layout: [tat].
 type GCRA struct {
-	name     string
-	interval float64 // T, ms per unit
-	tau      float64 // T*Burst, ms
-	maxWait  float64 // ms; 0 for GCRA
-	maxCost  int64   // the largest admissible cost (see admissible)
+	name    string
+	k       gcra.Kernel
+	maxCost int64 // the largest admissible cost
 }
 
 // NewGCRA returns the deny-mode GCRA for r.
@@ -63,111 +64,71 @@ func newGCRA(name string, r Rate, maxQueue time.Duration) (*GCRA, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &GCRA{name: name, interval: t, tau: float64(t * b), maxWait: DurationMillis(maxQueue)}
-	g.maxCost = largest(g.admissible)
+	g := &GCRA{name: name, k: gcra.Kernel{Interval: t, Tau: float64(t * b), MaxWait: DurationMillis(maxQueue)}}
+	g.maxCost = largest(g.k.Admissible)
 	return g, nil
-}
-
-// admissible is the exact admissibility rule: the delay of cost on a cold
-// key, T*c - tau, fits in MaxWait. It is the very expression the transition
-// evaluates on a cold key ((0 + T*c) - tau), so the two cannot disagree.
-func (g *GCRA) admissible(cost int64) bool {
-	return cost >= 1 && cost <= maxExactCost && float64(g.interval*float64(cost))-g.tau <= g.maxWait
 }
 
 // Name returns "gcra" or "leaky-bucket".
 func (g *GCRA) Name() string { return g.name }
 
 // Interval returns T, the emission interval in milliseconds.
-func (g *GCRA) Interval() float64 { return g.interval }
-
-// Tolerance returns tau = T*Burst in milliseconds.
-func (g *GCRA) Tolerance() float64 { return g.tau }
+func (g *GCRA) Interval() float64 { return g.k.Interval }
 
 // MaxWait returns MaxQueue in milliseconds (0 for GCRA).
-func (g *GCRA) MaxWait() float64 { return g.maxWait }
+func (g *GCRA) MaxWait() float64 { return g.k.MaxWait }
 
 // ValidateCost refuses costs below 1 and costs that could never be admitted:
 // those whose delay on a cold key, T*c - tau, exceeds MaxQueue (for GCRA,
 // whose MaxQueue is 0: costs above Burst).
 func (g *GCRA) ValidateCost(cost int64) error {
-	if g.admissible(cost) {
+	if g.k.Admissible(cost) {
 		return nil // the common case, without building an error message
 	}
 	what := "the burst"
-	if g.maxWait > 0 {
-		what = fmt.Sprintf("the most that fits in MaxQueue %v", Duration(g.maxWait))
+	if g.k.MaxWait > 0 {
+		what = fmt.Sprintf("the most that fits in MaxQueue %v", Duration(g.k.MaxWait))
 	}
 	return checkCost(g.name, cost, float64(g.maxCost), what)
-}
-
-// ahead returns how far the TAT lies after now (0 when it has passed).
-func ahead(tat, now float64) float64 {
-	if tat > now {
-		return tat - now
-	}
-	return 0
-}
-
-// delay is the transition's delay for a key ahead ms behind and tc = T*c.
-func (g *GCRA) delay(ahead, tc float64) float64 {
-	if w := (ahead + tc) - g.tau; w > 0 {
-		return w
-	}
-	return 0
-}
-
-// next is the TAT to store for a request departing delay ms after now. When
-// the request departs later than it needed to (another dimension of a
-// multi-dimension limit binds, or a pause), the TAT is computed as if it had
-// arrived as late as possible while still departing then, so that departures
-// stay at least T*c apart on this key as well.
-func (g *GCRA) next(ahead, now, delay, tc float64) float64 {
-	excess := tc - g.tau
-	if excess < 0 {
-		excess = 0
-	}
-	base := ahead
-	if v := delay - excess; v > base {
-		base = v
-	}
-	return now + (base + tc)
 }
 
 func tatOf(st State) float64 {
 	if len(st) > 0 {
 		return st[0]
 	}
-	return ColdTAT
+	return gcra.Cold
 }
 
 // Delay returns the time until the request conforms.
 func (g *GCRA) Delay(st State, now float64, cost int64) float64 {
-	return g.delay(ahead(tatOf(st), now), float64(g.interval*float64(cost)))
+	return g.k.Delay(tatOf(st), now, cost)
 }
 
-// Commit stores the new TAT (see next).
+// Commit stores the new TAT.
 func (g *GCRA) Commit(st State, now, delay float64, cost int64) State {
-	return set1(st, g.next(ahead(tatOf(st), now), now, delay, float64(g.interval*float64(cost))))
+	return set1(st, g.k.Commit(tatOf(st), now, delay, cost))
 }
 
 // Params returns "g": interval, tolerance, MaxWait.
-func (g *GCRA) Params() (string, [6]float64) { return "g", [6]float64{g.interval, g.tau, g.maxWait} }
+func (g *GCRA) Params() (string, [6]float64) {
+	return "g", [6]float64{g.k.Interval, g.k.Tau, g.k.MaxWait}
+}
 
 // Status returns the units admissible at once and the time until the TAT passes.
 func (g *GCRA) Status(st State, now float64) (remaining, resetAfter float64) {
-	return g.StatusTAT(tatOf(st), now)
+	return g.k.Status(tatOf(st), now)
 }
 
 // Cancel refunds a reservation of cost whose commit stored tat, if and only if
 // the key's schedule still ends with it (the stored TAT equals tat): no later
 // reservation depends on its slot. It reports whether it refunded.
 func (g *GCRA) Cancel(st State, tat float64, cost int64) (State, bool) {
-	if len(st) == 0 || st[0] != tat {
+	if len(st) == 0 {
 		return st, false
 	}
-	st[0] = tat - float64(g.interval*float64(cost))
-	return st, true
+	var ok bool
+	st[0], ok = g.k.Cancel(st[0], tat, cost)
+	return st, ok
 }
 
 // set1 stores a one-number state, reusing st's array when it has one.
@@ -177,61 +138,4 @@ func set1(st State, v float64) State {
 	}
 	st[0] = v
 	return st[:1]
-}
-
-// The methods below are the transitions of GCRA on a state held as a bare
-// TAT, for stores that keep one float64 per key instead of a State. They make
-// no interface calls and never allocate; each gives, bit for bit, what its
-// State counterpart gives for State{tat}, or for a cold key when tat is
-// ColdTAT (property-tested).
-
-// ColdTAT is the bare TAT of a cold key: it is below every now, so the key
-// behaves as if it had no state.
-var ColdTAT = math.Inf(-1)
-
-// ReserveTAT is [ReserveNotBefore] for g on a bare TAT (ColdTAT for a cold
-// key). It writes the decision to *dec (so that a hot path copies it once)
-// and returns the TAT to store, which is tat itself when refused.
-func (g *GCRA) ReserveTAT(tat, now, notBefore float64, cost int64, dec *Decision) (float64, error) {
-	if !g.admissible(cost) {
-		*dec = Decision{}
-		return tat, g.ValidateCost(cost)
-	}
-	if !finite(now) || !finite(notBefore) {
-		*dec = Decision{}
-		return tat, ErrInvalidTime
-	}
-	a := ahead(tat, now)
-	tc := float64(g.interval * float64(cost))
-	wait := g.delay(a, tc)
-	if floor := notBefore - now; floor > wait {
-		wait = floor
-	}
-	if wait > g.maxWait {
-		rem, reset := g.StatusTAT(tat, now)
-		*dec = MakeDecision(false, wait-g.maxWait, rem, reset)
-		return tat, nil
-	}
-	next := g.next(a, now, wait, tc)
-	rem, reset := g.StatusTAT(next, now)
-	dec.Allowed, dec.Delay, dec.Remaining, dec.RetryAfter, dec.ResetAfter = true, Duration(wait), units(rem), 0, Duration(reset)
-	dec.raw = [3]float64{wait, rem, reset}
-	return next, nil
-}
-
-// StatusTAT is [GCRA.Status] on a bare TAT.
-func (g *GCRA) StatusTAT(tat, now float64) (remaining, resetAfter float64) {
-	if tat < now {
-		tat = now
-	}
-	return ((now + g.tau) - tat) / g.interval, tat - now
-}
-
-// CancelTAT is [GCRA.Cancel] on a bare TAT: it returns the refunded TAT and
-// true if tat is the stored one, else stored and false.
-func (g *GCRA) CancelTAT(stored, tat float64, cost int64) (float64, bool) {
-	if stored != tat {
-		return stored, false
-	}
-	return tat - float64(g.interval*float64(cost)), true
 }

@@ -6,14 +6,18 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttlekit-go/internal/gcra"
 )
 
-// FuzzGCRATATMatchesState drives the bare-TAT transitions and their State
-// counterparts through the same random timeline (clock steps back and forth,
-// pauses, costs out of range, cancels of the tail and of older slots) and
-// requires the same TAT, the same Decision and the same error at every step,
-// bit for bit: the memory store's fast path may not drift from the math the
-// Lua scripts are checked against.
+// FuzzGCRATATMatchesState drives the GCRA kernel's whole transition on a
+// bare TAT (what the memory store's hot path and the Redis store's
+// reserve_gcra.lua decoding call) and the generic State path
+// (ReserveNotBefore through Delay, Commit and Status) through the same
+// random timeline (clock steps back and forth, pauses, costs out of range,
+// cancels of the tail and of older slots), and requires the same TAT, the
+// same decision and the same refusals at every step, bit for bit: the fast
+// path may not drift from the math the Lua scripts are checked against.
 func FuzzGCRATATMatchesState(f *testing.F) {
 	f.Add(uint64(1), uint16(10), uint16(1000), uint8(0), uint16(0))
 	f.Add(uint64(2), uint16(7), uint16(3000), uint8(3), uint16(5000))
@@ -36,7 +40,8 @@ func FuzzGCRATATMatchesState(f *testing.F) {
 		}
 		rng := rand.New(rand.NewPCG(seed, 7))
 		var st State
-		tat := ColdTAT
+		tat := gcra.Cold
+		k := &g.k
 		now := t0
 		var tags []float64
 		for i := range 400 {
@@ -53,13 +58,19 @@ func FuzzGCRATATMatchesState(f *testing.F) {
 				now = math.NaN()
 			}
 			next, dec, err := ReserveNotBefore(g, st, now, notBefore, cost)
-			var tdec Decision
-			tnext, terr := g.ReserveTAT(tat, now, notBefore, cost, &tdec)
-			if (err == nil) != (terr == nil) || (err != nil && err.Error() != terr.Error()) || (errors.Is(err, ErrInvalidTime) != errors.Is(terr, ErrInvalidTime)) {
-				t.Fatalf("step %d: errors differ: %v vs %v", i, err, terr)
+			// The kernel's callers check admissibility (and the shaper's
+			// clock is always finite) before calling it.
+			if valid := k.Admissible(cost) && !math.IsNaN(now); valid != (err == nil) {
+				t.Fatalf("step %d: cost %d at %v: admissible %v, ReserveNotBefore says %v", i, cost, now, valid, err)
 			}
-			if dec != tdec {
-				t.Fatalf("step %d (now %v, cost %d): decisions differ:\n state %+v\n tat   %+v", i, now, cost, dec, tdec)
+			tnext, twait, tallowed := tat, 0.0, false
+			if err == nil {
+				tnext, twait, tallowed = k.Reserve(tat, now, notBefore, cost)
+			} else if !errors.Is(err, ErrInvalidTime) && !errors.Is(err, ErrInvalidCost) {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			if err == nil && (dec.Allowed != tallowed || math.Float64bits(dec.raw[0]) != math.Float64bits(twait)) {
+				t.Fatalf("step %d (now %v, cost %d): decisions differ:\n state %+v\n kernel allowed %v wait %v", i, now, cost, dec, tallowed, twait)
 			}
 			if !sameTAT(next, tnext) {
 				t.Fatalf("step %d: state %v, bare TAT %v", i, next, tnext)
@@ -70,7 +81,7 @@ func FuzzGCRATATMatchesState(f *testing.F) {
 				continue
 			}
 			if rem, reset := g.Status(st, now); true {
-				trem, treset := g.StatusTAT(tat, now)
+				trem, treset := k.Status(tat, now)
 				if rem != trem || reset != treset {
 					t.Fatalf("step %d: Status %v %v, StatusTAT %v %v", i, rem, reset, trem, treset)
 				}
@@ -82,7 +93,7 @@ func FuzzGCRATATMatchesState(f *testing.F) {
 				tag := tags[rng.IntN(len(tags))]
 				var ok, tok bool
 				st, ok = g.Cancel(st, tag, max(cost, 1))
-				tat, tok = g.CancelTAT(tat, tag, max(cost, 1))
+				tat, tok = k.Cancel(tat, tag, max(cost, 1))
 				if ok != tok || !sameTAT(st, tat) {
 					t.Fatalf("step %d: Cancel %v %v, CancelTAT %v %v", i, st, ok, tat, tok)
 				}
@@ -94,7 +105,7 @@ func FuzzGCRATATMatchesState(f *testing.F) {
 // sameTAT reports whether st and the bare tat hold the same state.
 func sameTAT(st State, tat float64) bool {
 	if len(st) == 0 {
-		return tat == ColdTAT
+		return tat == gcra.Cold
 	}
 	return len(st) == 1 && math.Float64bits(st[0]) == math.Float64bits(tat)
 }

@@ -145,12 +145,12 @@ func (q *Quota) Bounds(t float64) (start, end float64) {
 		first = day - floorMod(day+4-c.weekday, 7)
 		next = first + 7
 	default: // cadenceMonth
-		y, m, _ := CivilFromDays(day)
-		first = DaysFromCivil(y, m, 1)
+		y, m, _ := civilFromDays(day)
+		first = daysFromCivil(y, m, 1)
 		if m == 12 {
-			next = DaysFromCivil(y+1, 1, 1)
+			next = daysFromCivil(y+1, 1, 1)
 		} else {
-			next = DaysFromCivil(y, m+1, 1)
+			next = daysFromCivil(y, m+1, 1)
 		}
 	}
 	return float64(first*dayMillis) - c.offset, float64(next*dayMillis) - c.offset

@@ -13,14 +13,14 @@ func TestCivilAgreesWithTimePackage1900To2400(t *testing.T) {
 	n := 0
 	for d := time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC); d.Before(end); d = d.AddDate(0, 0, 1) {
 		want := float64(d.Unix() / 86400)
-		if got := DaysFromCivil(float64(d.Year()), float64(d.Month()), float64(d.Day())); got != want {
-			t.Fatalf("DaysFromCivil(%s) = %v, want %v", d.Format(time.DateOnly), got, want)
+		if got := daysFromCivil(float64(d.Year()), float64(d.Month()), float64(d.Day())); got != want {
+			t.Fatalf("daysFromCivil(%s) = %v, want %v", d.Format(time.DateOnly), got, want)
 		}
-		y, m, dd := CivilFromDays(want)
+		y, m, dd := civilFromDays(want)
 		if y != float64(d.Year()) || m != float64(d.Month()) || dd != float64(d.Day()) {
-			t.Fatalf("CivilFromDays(%v) = %v-%v-%v, want %s", want, y, m, dd, d.Format(time.DateOnly))
+			t.Fatalf("civilFromDays(%v) = %v-%v-%v, want %s", want, y, m, dd, d.Format(time.DateOnly))
 		}
-		if got := Weekday(want); got != float64(d.Weekday()) {
+		if got := weekday(want); got != float64(d.Weekday()) {
 			t.Fatalf("Weekday(%s) = %v, want %v", d.Format(time.DateOnly), got, d.Weekday())
 		}
 		n++

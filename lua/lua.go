@@ -1,232 +1,39 @@
 package lua
 
-import (
-	_ "embed"
-	"fmt"
-	"strconv"
-	"strings"
+import _ "embed"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/throttlekit/throttlekit-go/algorithms"
-)
-
+// The scripts, as Redis runs them. An entry script is Lib followed by its own
+// lines (ReserveGCRA stands alone); the library loads each with EVALSHA,
+// falling back to EVAL when Redis answers NOSCRIPT.
 var (
+	// Lib ports every algorithm of package algorithms line for line.
+	//
 	//go:embed lib.lua
-	lib string
+	Lib string
+
+	// Reserve runs one transition over one or more dimensions, all or
+	// nothing. KEYS: per dimension, its state key then its pause key. ARGV:
+	// now in ms ("" reads Redis TIME), then per dimension its kind, six
+	// parameters and its cost.
+	//
 	//go:embed reserve.lua
-	reserveSrc string
+	Reserve string
+
+	// ReserveGCRA is Reserve for one dimension of the GCRA family (the leaky
+	// bucket and GCRA): the same decision and stored state, at a fraction of
+	// Reserve's cost inside Redis. It replies with its transition's inputs.
+	//
 	//go:embed reserve_gcra.lua
-	reserveGCRASrc string
+	ReserveGCRA string
+
+	// Cancel refunds GCRA reservations whose keys' schedules still end with
+	// them.
+	//
 	//go:embed cancel.lua
-	cancelSrc string
-	//go:embed pause.lua
-	pauseSrc string
-)
+	Cancel string
 
-var (
-	// Reserve runs one transition over one or more dimensions, all or nothing.
-	// Build its arguments with ReserveArgs and read its reply with ParseReserve.
-	Reserve = redis.NewScript(lib + reserveSrc)
-	// ReserveGCRA is Reserve for one dimension of the GCRA family (kind "g"):
-	// the same decision and the same stored state, at a fraction of Reserve's
-	// cost inside Redis. Build its arguments with ReserveGCRAArgs; read its
-	// reply with ParseReserveGCRA and turn it into the decision with
-	// GCRAReply.Decide.
-	ReserveGCRA = redis.NewScript(reserveGCRASrc)
-	// Cancel refunds GCRA reservations whose keys' schedules still end with them.
-	Cancel = redis.NewScript(lib + cancelSrc)
 	// Pause holds keys until now + d.
-	Pause = redis.NewScript(lib + pauseSrc)
+	//
+	//go:embed pause.lua
+	Pause string
 )
-
-// Float formats x as the scripts read it: exactly, in at most 17 significant digits.
-func Float(x float64) string { return strconv.FormatFloat(x, 'g', 17, 64) }
-
-// Dim is one dimension of a Reserve call.
-type Dim struct {
-	Kind   string     // algorithms.Algorithm.Params kind
-	Params [6]float64 // its parameters
-	Cost   int64
-}
-
-// ServerTime, passed as now, makes a script read Redis TIME.
-const ServerTime = ""
-
-// ReserveArgs returns the ARGV of Reserve: now (Float(ms), or ServerTime)
-// and each dimension's kind, parameters and cost. The KEYS are, per
-// dimension, its state key then its pause key.
-func ReserveArgs(now string, dims []Dim) []any {
-	args := make([]any, 0, 1+8*len(dims))
-	args = append(args, now)
-	for _, d := range dims {
-		args = append(args, d.Kind)
-		for _, p := range d.Params {
-			args = append(args, Float(p))
-		}
-		args = append(args, strconv.FormatInt(d.Cost, 10))
-	}
-	return args
-}
-
-// GCRAParams returns the parameters of ReserveGCRA for a kind "g"
-// algorithm's Params: interval, tau and max_wait, formatted (and boxed) once
-// so that a caller can keep them.
-func GCRAParams(p [6]float64) [3]any { return [3]any{Float(p[0]), Float(p[1]), Float(p[2])} }
-
-// ReserveGCRAArgs returns the ARGV of ReserveGCRA: now (Float(ms), or
-// ServerTime), the parameters from GCRAParams, and the cost. The KEYS are
-// the state key and the pause key. It allocates the slice and nothing else
-// for ServerTime and costs below 256.
-func ReserveGCRAArgs(now string, params *[3]any, cost int64) []any {
-	return []any{now, params[0], params[1], params[2], cost}
-}
-
-// GCRAReply is ReserveGCRA's answer: whether it admitted, and the inputs of
-// the transition it made, exactly as Redis had them.
-type GCRAReply struct {
-	Allowed bool
-	Binding int     // 0, or -1 when the pause floor bound
-	Now     float64 // ms: the server's TIME, or the now the caller passed
-	TAT     float64 // the TAT stored before the call; algorithms.ColdTAT if none
-	Floor   float64 // the pause floor; Now if the key was not paused
-	// Handoff is the TAT floor relative to now that the caller passed as
-	// ReserveGCRA's sixth argument (0: none); the caller sets it after
-	// ParseReserveGCRA, and Decide applies it as the script did.
-	Handoff float64
-}
-
-// ParseReserveGCRA reads ReserveGCRA's reply, checking every element. now is
-// the now the caller passed (ignored, and read from the reply, when the
-// script read the server's TIME).
-func ParseReserveGCRA(v any, now float64) (GCRAReply, error) {
-	items, ok := v.([]any)
-	if !ok || len(items) != 6 {
-		return GCRAReply{}, fmt.Errorf("throttlekit: unexpected reserve reply %v", v)
-	}
-	var s [6]string
-	for i, it := range items {
-		if s[i], ok = it.(string); !ok {
-			return GCRAReply{}, fmt.Errorf("throttlekit: reserve reply element %d is %T, want a string", i, it)
-		}
-	}
-	r := GCRAReply{Allowed: s[0] == "1", Now: now, TAT: algorithms.ColdTAT}
-	bad := func(err error) (GCRAReply, error) {
-		return GCRAReply{}, fmt.Errorf("throttlekit: reserve reply %q: %w", s, err)
-	}
-	if s[1] == "-1" {
-		r.Binding = -1
-	}
-	if s[2] != "" { // the server's TIME, converted as the script converted it
-		sec, err := strconv.ParseInt(s[2], 10, 64)
-		if err != nil {
-			return bad(err)
-		}
-		usec, err := strconv.ParseInt(s[3], 10, 64)
-		if err != nil {
-			return bad(err)
-		}
-		r.Now = float64(float64(sec)*1000) + float64(usec)/1000
-	}
-	r.Floor = r.Now
-	var err error
-	if s[4] != "" {
-		if r.TAT, err = strconv.ParseFloat(s[4], 64); err != nil {
-			return bad(err)
-		}
-	}
-	if s[5] != "" {
-		if r.Floor, err = strconv.ParseFloat(s[5], 64); err != nil {
-			return bad(err)
-		}
-	}
-	return r, nil
-}
-
-// Decide recomputes, with g's Go transition, the decision ReserveGCRA made
-// for cost (g being the algorithm whose parameters it was given). It writes
-// the decision to *dec and returns the TAT the script stored when it
-// admitted (the reservation's tag). The figures are Go's; the script's
-// decision must agree with them, and an error says so if it does not.
-func (r GCRAReply) Decide(g *algorithms.GCRA, cost int64, dec *algorithms.Decision) (float64, error) {
-	tat := r.TAT
-	if r.Handoff > 0 {
-		if f := r.Now + r.Handoff; f > tat {
-			tat = f
-		}
-	}
-	next, err := g.ReserveTAT(tat, r.Now, r.Floor, cost, dec) // a floor before now changes nothing
-	if err != nil {
-		return 0, err
-	}
-	if dec.Allowed != r.Allowed {
-		return 0, fmt.Errorf("throttlekit: Redis and Go disagree on a reservation (Redis allowed=%v at %v, TAT %v, floor %v): script and library versions differ?",
-			r.Allowed, r.Now, r.TAT, r.Floor)
-	}
-	return next, nil
-}
-
-// Reply is Reserve's answer.
-type Reply struct {
-	Allowed   bool
-	Wait      float64 // admitted: the delay (ms); refused: the retry-after (ms)
-	Remaining float64
-	Reset     float64 // ms
-	Binding   int     // the binding dimension (0-based), -1 for a pause
-	Now       float64 // the instant the script decided at (ms)
-	Tags      []float64
-}
-
-// ParseReserve reads Reserve's reply, checking every element.
-func ParseReserve(v any, dims int) (Reply, error) {
-	items, ok := v.([]any)
-	if !ok || len(items) < 6 {
-		return Reply{}, fmt.Errorf("throttlekit: unexpected reserve reply %v", v)
-	}
-	s := make([]string, len(items))
-	for i, it := range items {
-		if s[i], ok = it.(string); !ok {
-			return Reply{}, fmt.Errorf("throttlekit: reserve reply element %d is %T, want a string", i, it)
-		}
-	}
-	var r Reply
-	var err error
-	r.Allowed = s[0] == "1"
-	nums := []*float64{&r.Wait, &r.Remaining, &r.Reset}
-	for i, p := range nums {
-		if *p, err = strconv.ParseFloat(s[1+i], 64); err != nil {
-			return Reply{}, fmt.Errorf("throttlekit: reserve reply: %w", err)
-		}
-	}
-	if r.Binding, err = strconv.Atoi(s[4]); err != nil {
-		return Reply{}, fmt.Errorf("throttlekit: reserve reply: %w", err)
-	}
-	if r.Now, err = strconv.ParseFloat(s[5], 64); err != nil {
-		return Reply{}, fmt.Errorf("throttlekit: reserve reply: %w", err)
-	}
-	if r.Allowed {
-		if len(s) != 6+dims {
-			return Reply{}, fmt.Errorf("throttlekit: reserve reply has %d tags, want %d", len(s)-6, dims)
-		}
-		r.Tags = make([]float64, dims)
-		for i := range r.Tags {
-			if r.Tags[i], err = strconv.ParseFloat(s[6+i], 64); err != nil {
-				return Reply{}, fmt.Errorf("throttlekit: reserve reply: %w", err)
-			}
-		}
-	}
-	return r, nil
-}
-
-// DecodeState parses a stored state ("" is a cold key).
-func DecodeState(s string) ([]float64, error) {
-	fields := strings.Fields(s)
-	st := make([]float64, len(fields))
-	for i, f := range fields {
-		x, err := strconv.ParseFloat(f, 64)
-		if err != nil {
-			return nil, fmt.Errorf("throttlekit: stored state %q: %w", s, err)
-		}
-		st[i] = x
-	}
-	return st, nil
-}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/gcra"
 )
 
 const memShards = 64 // a power of two
@@ -73,7 +74,7 @@ type memShard struct {
 // second map operation. The other algorithms keep a State per key.
 type memSpace struct {
 	alg    algorithms.Algorithm
-	gcra   *algorithms.GCRA  // non-nil: states are bare TATs in slab
+	kern   *gcra.Kernel      // non-nil (the GCRA family): states are bare TATs in slab
 	index  map[string]uint32 // key -> its TAT's index in slab
 	slab   []float64         // TATs; the slots in free are unused
 	gens   []uint32          // per slab slot, the generation of its last reservation (see grant)
@@ -116,7 +117,7 @@ func (sp *memSpace) drop(key string, i uint32) {
 
 // get returns key's state as a State (a copy for a bare TAT).
 func (sp *memSpace) get(key string) (algorithms.State, bool) {
-	if sp.gcra != nil {
+	if sp.kern != nil {
 		i, ok := sp.index[key]
 		if !ok {
 			return nil, false
@@ -132,7 +133,7 @@ func (sp *memSpace) get(key string) (algorithms.State, bool) {
 // reservation's generation (GCRA family; 0 otherwise). A new key is cloned
 // so that the map does not pin the caller's buffer.
 func (sp *memSpace) put(key string, st algorithms.State) (stored string, isNew bool, gen uint32) {
-	if sp.gcra != nil {
+	if sp.kern != nil {
 		if i, ok := sp.index[key]; ok {
 			sp.slab[i] = st[0]
 			return "", false, sp.grant(i)
@@ -151,7 +152,7 @@ func (sp *memSpace) put(key string, st algorithms.State) (stored string, isNew b
 
 // remove deletes key's state and reports whether it held one.
 func (sp *memSpace) remove(key string) bool {
-	if sp.gcra != nil {
+	if sp.kern != nil {
 		if i, ok := sp.index[key]; ok {
 			sp.drop(key, i)
 			return true
@@ -186,9 +187,9 @@ func (sp *memSpace) sweep(now float64) int {
 			n++
 		}
 	}
-	if sp.gcra != nil {
+	if sp.kern != nil {
 		for k, i := range sp.index {
-			if _, reset := sp.gcra.StatusTAT(sp.slab[i], now); reset > 0 {
+			if _, reset := sp.kern.Status(sp.slab[i], now); reset > 0 {
 				continue
 			}
 			if _, paused := sp.paused[k]; paused {
@@ -329,9 +330,9 @@ func (m *MemoryStore) space(sh *memShard, ns uint32) *memSpace {
 	if grow := len(algs) - len(sh.spaces); grow > 0 {
 		sh.spaces = append(sh.spaces, make([]*memSpace, grow)...)
 	}
-	sp := &memSpace{alg: algs[ns]}
-	if g, ok := sp.alg.(*algorithms.GCRA); ok {
-		sp.gcra, sp.index = g, map[string]uint32{}
+	sp := &memSpace{alg: algs[ns], kern: kernelOf(algs[ns])}
+	if sp.kern != nil {
+		sp.index = map[string]uint32{}
 	} else {
 		sp.states = map[string]algorithms.State{}
 	}
@@ -381,9 +382,9 @@ func (m *MemoryStore) enter(ns uint32, key string, now float64) (*memShard, *mem
 }
 
 func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, uint32, bool, error) {
-	if g, ok := alg.(*algorithms.GCRA); ok {
+	if k := kernelOf(alg); k != nil {
 		var dec algorithms.Decision
-		tag, gen, err := m.reserveTAT(d, g, key, cost, now, &dec)
+		tag, gen, err := m.reserveTAT(d, k, key, cost, now, &dec)
 		return dec, tag, gen, false, err
 	}
 	sh, sp := m.enter(d.memID, key, now)
@@ -407,23 +408,26 @@ func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorith
 	return dec, next[0], 0, false, nil
 }
 
-// reserveTAT is reserve for the GCRA family (g is d's leaky bucket or its
-// Allow form), whose keys hold a bare TAT: concrete calls, one lookup and
-// one store, and the decision written once, to *dec. The Shaper calls it
-// directly on its hot path. It returns the stored TAT and the generation
-// (see grant): the reservation's tag.
-func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost int64, now float64, dec *algorithms.Decision) (float64, uint32, error) {
+// reserveTAT is reserve for the GCRA family (k is the kernel of d's leaky
+// bucket or of its Allow form), whose keys hold a bare TAT: the kernel's
+// transition called directly, one lookup and one store, and the decision
+// written once, to *dec (which must be the zero Decision). The Shaper calls it directly on its hot path; the
+// cost must be admissible (the caller checked it). It returns the stored
+// TAT and the generation (see grant): the reservation's tag.
+func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64, now float64, dec *algorithms.Decision) (float64, uint32, error) {
 	sh, sp := m.enter(d.memID, key, now)
 	defer sh.mu.Unlock()
 	i, exists := sp.index[key]
-	tat := algorithms.ColdTAT
+	tat := gcra.Cold
 	if exists {
 		tat = sp.slab[i]
 	}
-	next, err := g.ReserveTAT(tat, now, sp.floor(key, now), cost, dec)
-	if err != nil || !dec.Allowed {
-		return 0, 0, err
+	next, wait, allowed := k.Reserve(tat, now, sp.floor(key, now), cost)
+	if !allowed { // *dec is the caller's zero Decision: set what differs
+		dec.RetryAfter = algorithms.Duration(wait)
+		return 0, 0, nil
 	}
+	dec.Allowed, dec.Delay = true, algorithms.Duration(wait)
 	if exists {
 		sp.slab[i] = next
 	} else {
@@ -444,7 +448,7 @@ func (m *MemoryStore) reserveTAT(d *dim, g *algorithms.GCRA, key string, cost in
 func (m *MemoryStore) seedTAT(d *dim, key string, tat, now float64) {
 	sh, sp := m.enter(d.memID, key, now)
 	defer sh.mu.Unlock()
-	if sp.gcra == nil {
+	if sp.kern == nil {
 		return
 	}
 	if i, ok := sp.index[key]; ok {
@@ -573,12 +577,12 @@ func (m *MemoryStore) each(ks keyset, f func(sh *memShard, sp *memSpace, d *dim,
 func (m *MemoryStore) cancel(_ context.Context, ks keyset, tags []float64, gens []uint32, costs []int64, _ bool) error {
 	keys := ks.keys
 	m.each(ks, func(_ *memShard, sp *memSpace, d *dim, i int) {
-		if d.gcra == nil || sp.gcra == nil { // only the GCRA family refunds; its keys are bare TATs
+		if d.kern == nil || sp.kern == nil { // only the GCRA family refunds; its keys are bare TATs
 			return
 		}
 		if j, ok := sp.index[keys[i]]; ok && sp.gens[j] == gens[i] {
 			var refunded bool
-			if sp.slab[j], refunded = d.gcra.CancelTAT(sp.slab[j], tags[i], costs[i]); refunded {
+			if sp.slab[j], refunded = d.kern.Cancel(sp.slab[j], tags[i], costs[i]); refunded {
 				sp.gens[j]++
 				m.track(d.memID, strings.Clone(keys[i]), sp.slab[j], false) // idle earlier than recorded
 			}

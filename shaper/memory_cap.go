@@ -141,7 +141,7 @@ func (m *MemoryStore) inspect(sh *memShard, e capEntry, now float64) (evicted, l
 		return true, false, 0
 	}
 	var idle float64 // when the state is equivalent to a cold key
-	if sp.gcra != nil {
+	if sp.kern != nil {
 		i, ok := sp.index[e.key]
 		if !ok {
 			return false, false, 0
@@ -196,7 +196,7 @@ func (m *MemoryStore) holds(sh *memShard, e capEntry) bool {
 		_, ok := sp.paused[e.key]
 		return ok
 	}
-	if sp.gcra != nil {
+	if sp.kern != nil {
 		_, ok := sp.index[e.key]
 		return ok
 	}

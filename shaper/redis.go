@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/algorithms"
-	"github.com/throttlekit/throttlekit-go/lua"
+	"github.com/throttlekit/throttlekit-go/internal/script"
 )
 
 // DefaultRedisTimeout bounds every Redis call unless WithTimeout says otherwise.
@@ -187,10 +187,10 @@ func (r *RedisStore) bind(d *dim) error {
 	if r.err != nil {
 		return r.err
 	}
-	if d.gcra != nil {
+	if d.kern != nil {
 		_, p := d.alg.Params()
 		_, pa := d.allow.Params()
-		d.luaGCRA = [2][3]any{lua.GCRAParams(p), lua.GCRAParams(pa)}
+		d.luaGCRA = [2][3]any{script.GCRAParams(p), script.GCRAParams(pa)}
 	}
 	if r.local == nil {
 		return nil
@@ -204,7 +204,7 @@ func (r *RedisStore) bind(d *dim) error {
 	}
 	twin := *d
 	twin.alg, twin.allow, twin.rate = alg, allow, rate
-	twin.gcra, _ = alg.(*algorithms.GCRA)
+	twin.setKernels()
 	twin.identity += " local"
 	if err := r.local.bind(&twin); err != nil {
 		return err
@@ -280,9 +280,9 @@ func redisKeys(ks keyset) []string {
 
 func (r *RedisStore) now(ms float64) string {
 	if r.clientClock {
-		return lua.Float(ms)
+		return script.Float(ms)
 	}
-	return lua.ServerTime
+	return script.ServerTime
 }
 
 // callerDone returns the caller's ctx error, or context.DeadlineExceeded if
@@ -481,7 +481,7 @@ func (r *RedisStore) serve(ctx context.Context, req *multi, cause error) error {
 	r.degrade(ctx, "reserve")
 	req.local = true
 	if r.policy.kind == 1 { // FailOpen: nothing to refund
-		req.dec = algorithms.AllDecision{Decision: algorithms.MakeDecision(true, 0, 0, 0)}
+		req.dec = algorithms.AllDecision{Decision: decisionOf(true, 0)}
 		req.tags = nil
 		return nil
 	}
@@ -500,42 +500,42 @@ func (r *RedisStore) serve(ctx context.Context, req *multi, cause error) error {
 		return err
 	}
 	req.dec, req.tags, req.gens = local.dec, local.tags, local.gens
-	if req.dec.Allowed && len(req.dims) == 1 && req.dims[0].gcra != nil && len(req.tags) == 1 {
+	if req.dec.Allowed && len(req.dims) == 1 && req.dims[0].kern != nil && len(req.tags) == 1 {
 		r.handoff.granted(req.dims[0], req.keys[0], req.tags[0])
 	}
 	return nil
 }
 
 func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) error {
-	if g, ok := req.algs[0].(*algorithms.GCRA); ok && len(req.dims) == 1 {
-		return r.reserveGCRA(ctx, probe, req, g)
+	if d := req.dims[0]; len(req.dims) == 1 && d.kern != nil {
+		return r.reserveGCRA(ctx, probe, req, req.algs[0] == d.allow)
 	}
-	ldims := make([]lua.Dim, len(req.dims))
+	ldims := make([]script.Dim, len(req.dims))
 	for i, a := range req.algs {
 		kind, p := a.Params()
-		ldims[i] = lua.Dim{Kind: kind, Params: p, Cost: req.costs[i]}
+		ldims[i] = script.Dim{Kind: kind, Params: p, Cost: req.costs[i]}
 	}
 	keys := redisKeys(req.keyset)
 	var v any
 	err := r.call(ctx, probe, func(ctx context.Context) error {
 		var err error
-		v, err = lua.Reserve.Run(ctx, r.client, keys, lua.ReserveArgs(r.now(req.now), ldims)...).Result()
+		v, err = script.Reserve.Run(ctx, r.client, keys, script.ReserveArgs(r.now(req.now), ldims)...).Result()
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	rep, err := lua.ParseReserve(v, len(req.dims))
+	rep, err := script.ParseReserve(v, len(req.dims))
 	if err != nil {
 		return err
 	}
-	req.dec = algorithms.AllDecision{Decision: algorithms.MakeDecision(rep.Allowed, rep.Wait, rep.Remaining, rep.Reset), Binding: rep.Binding}
+	req.dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, rep.Wait), Binding: rep.Binding}
 	req.tags = rep.Tags
 	return nil
 }
 
 // reserveGCRA is reserveRedis for most calls: one dimension of the GCRA
-// family, through the script made for it (lua.ReserveGCRA), with its
+// family, through the script made for it (script.ReserveGCRA), with its
 // parameters formatted once, at bind. The script replies with the inputs of
 // its transition; the figures are recomputed here with the same math.
 //
@@ -544,42 +544,41 @@ func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) e
 // passes their end as a TAT floor, and every admission seeds the local
 // twin with Redis's TAT, so that whichever serves next continues the
 // schedule instead of starting a new one beside it.
-func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, g *algorithms.GCRA) error {
+func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, allow bool) error {
 	d := req.dims[0]
-	params := &d.luaGCRA[0]
-	if g != d.alg {
-		params = &d.luaGCRA[1]
+	params, k := &d.luaGCRA[0], d.kern
+	if allow {
+		params, k = &d.luaGCRA[1], d.kernAllow
 	}
 	keys := redisKeys(req.keyset)
 	now := r.now(req.now)
-	args := lua.ReserveGCRAArgs(now, params, req.costs[0])
+	args := script.ReserveGCRAArgs(now, params, req.costs[0])
 	floor := 0.0
 	if r.local != nil && r.handoff.pending() {
 		if floor = r.handoff.floor(d, req.keys[0], algorithms.Millis(d.clock.Now())); floor > 0 {
-			args = append(args, lua.Float(floor))
+			args = append(args, script.Float(floor))
 		}
 	}
 	var v any
 	err := r.call(ctx, probe, func(ctx context.Context) error {
 		var err error
-		v, err = lua.ReserveGCRA.Run(ctx, r.client, keys, args...).Result()
+		v, err = script.ReserveGCRA.Run(ctx, r.client, keys, args...).Result()
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	rep, err := lua.ParseReserveGCRA(v, req.now)
+	rep, err := script.ParseReserveGCRA(v, req.now)
 	if err != nil {
 		return err
 	}
 	rep.Handoff = floor
-	var dec algorithms.Decision
-	tag, err := rep.Decide(g, req.costs[0], &dec)
+	allowed, wait, tag, err := rep.Decide(k, req.costs[0])
 	if err != nil {
 		return err
 	}
-	req.dec = algorithms.AllDecision{Decision: dec, Binding: rep.Binding}
-	if dec.Allowed {
+	req.dec = algorithms.AllDecision{Decision: decisionOf(allowed, wait), Binding: rep.Binding}
+	if allowed {
 		req.tags = append(req.tags[:0], tag) // newMulti's array: no allocation
 		if r.local != nil {
 			// Redis's TAT on this process's clock, read after the reply: later
@@ -605,17 +604,17 @@ func (r *RedisStore) cancel(ctx context.Context, ks keyset, tags []float64, gens
 	var args []any
 	all := redisKeys(ks)
 	for i, d := range ks.dims {
-		if d.gcra == nil {
+		if d.kern == nil {
 			continue
 		}
 		rk = append(rk, all[2*i])
-		args = append(args, lua.Float(tags[i]), lua.Float(d.gcra.Interval()), strconv.FormatInt(costs[i], 10))
+		args = append(args, script.Float(tags[i]), script.Float(d.kern.Interval), strconv.FormatInt(costs[i], 10))
 	}
 	if len(rk) == 0 {
 		return nil
 	}
 	return r.write(ctx, "cancel", ks, func(ctx context.Context, probe bool) error {
-		return r.call(ctx, probe, func(ctx context.Context) error { return lua.Cancel.Run(ctx, r.client, rk, args...).Err() })
+		return r.call(ctx, probe, func(ctx context.Context) error { return script.Cancel.Run(ctx, r.client, rk, args...).Err() })
 	})
 }
 
@@ -627,7 +626,7 @@ func (r *RedisStore) pause(ctx context.Context, ks keyset, now, d float64) error
 	}
 	err := r.write(ctx, "pause", ks, func(ctx context.Context, probe bool) error {
 		return r.call(ctx, probe, func(ctx context.Context) error {
-			return lua.Pause.Run(ctx, r.client, pk, r.now(now), lua.Float(d)).Err()
+			return script.Pause.Run(ctx, r.client, pk, r.now(now), script.Float(d)).Err()
 		})
 	})
 	if r.local != nil && !errors.Is(err, ErrInvalidState) { // the local fallback honours the pause too

@@ -13,11 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
-	"github.com/throttlekit/throttlekit-go/lua"
+	"github.com/throttlekit/throttlekit-go/internal/script"
 )
 
 func luaReserveGCRA(c *redis.Client, keys []string, args []any) error {
-	return lua.ReserveGCRA.Run(bg, c, keys, args...).Err()
+	return script.ReserveGCRA.Run(bg, c, keys, args...).Err()
 }
 
 // stateKey returns the Redis state key of key for s's first dimension.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/gcra"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
 )
 
@@ -72,22 +73,27 @@ type Shaper struct {
 	// earlier than its slot on the store's timeline, however long the call
 	// took. A store on the shaper's own clock (memory, WithClientClock)
 	// decides at the now it is given, and the delay counts from that now.
-	remote    bool
-	gcraAllow *algorithms.GCRA // dims[0].allow as a *GCRA (dims[0].gcra is the main one)
-	single    bool             // one dimension, no Key or Cost mapping
-	slot      *dim             // the dimension whose key is the hash slot (nil: the caller's key); see Dimension.Slot
+	remote bool
+	single bool // one dimension, no Key or Cost mapping
+	slot   *dim // the dimension whose key is the hash slot (nil: the caller's key); see Dimension.Slot
 }
 
 var _ Reserver = (*Shaper)(nil)
 
 // dim is one resolved dimension.
 type dim struct {
+	// The hot path's fields first, on one cache line: the memory store's
+	// namespace and the GCRA kernels, which kern and kernAllow point into.
+	memID     uint32 // set by MemoryStore.bind
+	kernels   [2]gcra.Kernel
+	kern      *gcra.Kernel // alg's GCRA kernel; non-nil when Cancel can refund
+	kernAllow *gcra.Kernel // allow's
+
 	name     string
 	prefix   string // the namespace of its keys in the store
 	identity string // algorithm, rate and MaxQueue, to detect conflicting shapers on one prefix
 	alg      algorithms.Algorithm
 	allow    algorithms.Algorithm
-	gcra     *algorithms.GCRA // non-nil when Cancel can refund
 	key      func(string) string
 	cost     func(int64) int64
 	base     string    // the shaper's prefix (prefix is base + name + ":")
@@ -96,8 +102,21 @@ type dim struct {
 	maxQueue time.Duration
 	clock    Clock // the shaper's clock, for a decision a store makes locally
 
-	memID   uint32    // set by MemoryStore.bind
-	luaGCRA [2][3]any // set by RedisStore.bind: lua.GCRAParams of alg and allow
+	luaGCRA [2][3]any // set by RedisStore.bind: script.GCRAParams of alg and allow
+}
+
+// setKernels points kern and kernAllow at d's own copies of the GCRA
+// kernels of alg and allow (nil for the other algorithms).
+func (d *dim) setKernels() {
+	d.kern, d.kernAllow = nil, nil
+	if k := kernelOf(d.alg); k != nil {
+		d.kernels[0] = *k
+		d.kern = &d.kernels[0]
+	}
+	if k := kernelOf(d.allow); k != nil {
+		d.kernels[1] = *k
+		d.kernAllow = &d.kernels[1]
+	}
 }
 
 // New returns a shaper of one contract over store. The default algorithm is
@@ -194,7 +213,7 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 		if spec.Name != "" {
 			d.prefix += spec.Name + ":"
 		}
-		d.gcra, _ = alg.(*algorithms.GCRA)
+		d.setKernels()
 		if err := store.bind(d); err != nil {
 			return nil, err
 		}
@@ -210,9 +229,8 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 	if rs, ok := store.(*RedisStore); ok {
 		s.remote = !rs.clientClock
 	}
-	if m, ok := store.(*MemoryStore); ok && s.single && s.dims[0].gcra != nil {
+	if m, ok := store.(*MemoryStore); ok && s.single && s.dims[0].kern != nil {
 		s.mem = m
-		s.gcraAllow, _ = s.dims[0].allow.(*algorithms.GCRA)
 	}
 	return s, nil
 }
@@ -293,7 +311,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		return err
 	}
 	d := r.s.dims[0]
-	if d.gcra == nil {
+	if d.kern == nil {
 		return nil
 	}
 	st := startStore(ctx)
@@ -387,19 +405,13 @@ func (s *Shaper) anchor(now time.Time, local bool) time.Time {
 // every other store through the Store interface, after the cost is checked.
 func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms float64, dec *algorithms.Decision) (tag float64, gen uint32, local bool, err error) {
 	d := s.dims[0]
-	if s.mem != nil {
-		g := d.gcra
-		if allow {
-			g = s.gcraAllow
-		}
-		if tag, gen, err = s.mem.reserveTAT(d, g, key, cost, ms, dec); err != nil {
-			err = nameCost(err, d, key)
-		}
-		return tag, gen, false, err
-	}
-	alg := d.alg
+	alg, k := d.alg, d.kern
 	if allow {
-		alg = d.allow
+		alg, k = d.allow, d.kernAllow
+	}
+	if s.mem != nil && k.Admissible(cost) {
+		tag, gen, err = s.mem.reserveTAT(d, k, key, cost, ms, dec)
+		return tag, gen, false, err
 	}
 	if err := validCost(d, alg, key, cost); err != nil {
 		*dec = algorithms.Decision{}

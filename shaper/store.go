@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/gcra"
 )
 
 // Store keeps the per-key state of shapers: [NewMemoryStore] for one process,
@@ -81,4 +82,26 @@ type multi struct {
 	tags  []float64 // per dimension, the first number of its new state (GCRA: the TAT)
 	gens  []uint32  // per dimension, the reservation's generation (memory store, GCRA family)
 	local bool      // granted by the failure policy, not by the store (see RedisStore)
+}
+
+// kernelOf returns a's GCRA kernel (the leaky bucket and GCRA), or nil for
+// the other algorithms.
+func kernelOf(a algorithms.Algorithm) *gcra.Kernel {
+	g, ok := a.(*algorithms.GCRA)
+	if !ok {
+		return nil
+	}
+	_, p := g.Params()
+	return gcra.FromParams(p)
+}
+
+// decisionOf is the Decision of a transition the shaper did not run itself
+// (the GCRA kernel on the hot path, a Redis script): admitted to depart
+// after wait ms, or refused, wait ms past MaxQueue. The shaper reads no
+// other field.
+func decisionOf(allowed bool, wait float64) algorithms.Decision {
+	if allowed {
+		return algorithms.Decision{Allowed: true, Delay: algorithms.Duration(wait)}
+	}
+	return algorithms.Decision{RetryAfter: algorithms.Duration(wait)}
 }

@@ -1,4 +1,4 @@
-package lua_test
+package algorithms_test
 
 import (
 	"context"
@@ -14,12 +14,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/gcra"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
-	"github.com/throttlekit/throttlekit-go/lua"
-	"go.uber.org/goleak"
+	"github.com/throttlekit/throttlekit-go/internal/script"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var update = flag.Bool("update", false, "rewrite testdata/conformance.golden from the current Go math")
 
@@ -38,10 +36,10 @@ func must[T any](v T, err error) T {
 // state, and the two would differ for a reason that is not the math.
 // TestRedisKeysExpireWhenIdle (package shaper) covers the TTLs themselves.
 // The scripts must have been loaded (loadScripts).
-func runKept(ctx context.Context, c *redis.Client, script *redis.Script, keys []string, args ...any) (any, error) {
+func runKept(ctx context.Context, c *redis.Client, sc *redis.Script, keys []string, args ...any) (any, error) {
 	var ev *redis.Cmd
 	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		ev = script.EvalSha(ctx, p, keys, args...)
+		ev = sc.EvalSha(ctx, p, keys, args...)
 		for i := 0; i < len(keys); i += 2 {
 			p.Persist(ctx, keys[i])
 		}
@@ -56,7 +54,7 @@ func runKept(ctx context.Context, c *redis.Client, script *redis.Script, keys []
 // loadScripts loads the scripts runKept runs, which sends EVALSHA only.
 func loadScripts(t *testing.T, c *redis.Client) {
 	t.Helper()
-	for _, s := range []*redis.Script{lua.Reserve, lua.ReserveGCRA} {
+	for _, s := range []*redis.Script{script.Reserve, script.ReserveGCRA} {
 		if err := s.Load(context.Background(), c).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -132,14 +130,14 @@ func timeline(seed uint64, n int) []step {
 func fmtState(st []float64) string {
 	s := make([]string, len(st))
 	for i, x := range st {
-		s[i] = lua.Float(x)
+		s[i] = script.Float(x)
 	}
 	return strings.Join(s, " ")
 }
 
 func fmtDecision(d algorithms.Decision, binding int) string {
 	w, rem, reset := d.Raw()
-	return fmt.Sprintf("%v %s %s %s b%d", d.Allowed, lua.Float(w), lua.Float(rem), lua.Float(reset), binding)
+	return fmt.Sprintf("%v %s %s %s b%d", d.Allowed, script.Float(w), script.Float(rem), script.Float(reset), binding)
 }
 
 // TestGoAndLuaAreBitIdentical runs every configuration's timeline through the
@@ -174,7 +172,7 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 			}
 			now += s.dt
 			dims := make([]algorithms.Dim, len(algs))
-			ldims := make([]lua.Dim, len(algs))
+			ldims := make([]script.Dim, len(algs))
 			cost := s.cost
 			for _, a := range algs {
 				for cost > 1 && a.ValidateCost(cost) != nil {
@@ -184,7 +182,7 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 			for d, a := range algs {
 				dims[d] = algorithms.Dim{Alg: a, State: slices.Clone(states[d]), Cost: cost}
 				kind, p := a.Params()
-				ldims[d] = lua.Dim{Kind: kind, Params: p, Cost: cost}
+				ldims[d] = script.Dim{Kind: kind, Params: p, Cost: cost}
 			}
 			goDec, err := algorithms.AllNotBefore(dims, now, now)
 			if err != nil {
@@ -196,11 +194,11 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 					t.Fatalf("config %d step %d: ReserveNotBefore %+v differs from AllNotBefore %+v", ci, si, d1, goDec)
 				}
 			}
-			v, err := runKept(ctx, client, lua.Reserve, keys, lua.ReserveArgs(lua.Float(now), ldims)...)
+			v, err := runKept(ctx, client, script.Reserve, keys, script.ReserveArgs(script.Float(now), ldims)...)
 			if err != nil {
 				t.Fatalf("config %d step %d: %v", ci, si, err)
 			}
-			rep, err := lua.ParseReserve(v, len(algs))
+			rep, err := script.ParseReserve(v, len(algs))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -208,23 +206,22 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 				// The single-dimension GCRA script: the very same reply and
 				// stored state as Reserve, on keys of its own.
 				gkeys := []string{"g" + keys[0], "g" + keys[1]}
-				params := lua.GCRAParams(p)
-				gv, err := runKept(ctx, client, lua.ReserveGCRA, gkeys, lua.ReserveGCRAArgs(lua.Float(now), &params, cost)...)
+				params := script.GCRAParams(p)
+				gv, err := runKept(ctx, client, script.ReserveGCRA, gkeys, script.ReserveGCRAArgs(script.Float(now), &params, cost)...)
 				if err != nil {
 					t.Fatalf("config %d step %d: ReserveGCRA: %v", ci, si, err)
 				}
-				grep, err := lua.ParseReserveGCRA(gv, now)
+				grep, err := script.ParseReserveGCRA(gv, now)
 				if err != nil {
 					t.Fatal(err)
 				}
-				var gdec algorithms.Decision
-				gtag, err := grep.Decide(algs[0].(*algorithms.GCRA), cost, &gdec)
+				gallowed, gwait, gtag, err := grep.Decide(gcra.FromParams(p), cost)
 				if err != nil {
 					t.Fatalf("config %d step %d: %v", ci, si, err)
 				}
-				if rep := must(lua.ParseReserve(v, 1)); gdec != algorithms.MakeDecision(rep.Allowed, rep.Wait, rep.Remaining, rep.Reset) ||
+				if gallowed != rep.Allowed || math.Float64bits(gwait) != math.Float64bits(rep.Wait) ||
 					grep.Binding != rep.Binding || grep.Now != rep.Now || (rep.Allowed && gtag != rep.Tags[0]) {
-					t.Fatalf("config %d step %d: ReserveGCRA gives %+v (binding %d, tag %v), Reserve %+v", ci, si, gdec, grep.Binding, gtag, rep)
+					t.Fatalf("config %d step %d: ReserveGCRA gives allowed %v wait %v (binding %d, tag %v), Reserve %+v", ci, si, gallowed, gwait, grep.Binding, gtag, rep)
 				}
 				gs, _ := client.Get(ctx, gkeys[0]).Result()
 				rs, _ := client.Get(ctx, keys[0]).Result()
@@ -236,9 +233,9 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 			luaDec := algorithms.MakeDecision(rep.Allowed, rep.Wait, rep.Remaining, rep.Reset)
 			if luaDec != goDec.Decision || rep.Binding != goDec.Binding || rep.Now != now {
 				t.Fatalf("config %d step %d (now %v, cost %d): Go %+v binding %d, Lua %+v binding %d (raw %+v)",
-					ci, si, lua.Float(now), cost, goDec.Decision, goDec.Binding, luaDec, rep.Binding, rep)
+					ci, si, script.Float(now), cost, goDec.Decision, goDec.Binding, luaDec, rep.Binding, rep)
 			}
-			transcript.WriteString(fmt.Sprintf("%d %s c%d %s |", si, lua.Float(now-t0), cost, fmtDecision(goDec.Decision, goDec.Binding)))
+			transcript.WriteString(fmt.Sprintf("%d %s c%d %s |", si, script.Float(now-t0), cost, fmtDecision(goDec.Decision, goDec.Binding)))
 			for d := range algs {
 				if goDec.Allowed {
 					states[d] = dims[d].State
@@ -247,7 +244,7 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 				if err != nil && states[d] != nil {
 					t.Fatalf("config %d step %d: GET %s: %v", ci, si, keys[2*d], err)
 				}
-				luaState, err := lua.DecodeState(stored)
+				luaState, err := script.DecodeState(stored)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -302,7 +299,7 @@ func TestReserveGCRAMatchesReserveUnderPauses(t *testing.T) {
 	ctx := context.Background()
 	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 7, Period: 3 * time.Second, Burst: 2}, 10*time.Second)) // TTLs of 0.4 s and more
 	kind, p := g.Params()
-	params := lua.GCRAParams(p)
+	params := script.GCRAParams(p)
 	keys, gkeys := []string{"r:{k}", "r:{k}:p"}, []string{"g:{k}", "g:{k}:p"}
 	rng := rand.New(rand.NewPCG(9, 9))
 	now := algorithms.Millis(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
@@ -310,7 +307,7 @@ func TestReserveGCRAMatchesReserveUnderPauses(t *testing.T) {
 	for i := range 600 {
 		now += float64(rng.IntN(15000))
 		if rng.IntN(8) == 0 {
-			until := lua.Float(now + float64(rng.IntN(80000)-10000))
+			until := script.Float(now + float64(rng.IntN(80000)-10000))
 			for _, k := range []string{keys[1], gkeys[1]} {
 				if err := client.Set(ctx, k, until, time.Minute).Err(); err != nil {
 					t.Fatal(err)
@@ -318,20 +315,19 @@ func TestReserveGCRAMatchesReserveUnderPauses(t *testing.T) {
 			}
 		}
 		cost := int64(1 + rng.IntN(3))
-		v, err := runKept(ctx, client, lua.Reserve, keys, lua.ReserveArgs(lua.Float(now), []lua.Dim{{Kind: kind, Params: p, Cost: cost}})...)
+		v, err := runKept(ctx, client, script.Reserve, keys, script.ReserveArgs(script.Float(now), []script.Dim{{Kind: kind, Params: p, Cost: cost}})...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		gv, err := runKept(ctx, client, lua.ReserveGCRA, gkeys, lua.ReserveGCRAArgs(lua.Float(now), &params, cost)...)
+		gv, err := runKept(ctx, client, script.ReserveGCRA, gkeys, script.ReserveGCRAArgs(script.Float(now), &params, cost)...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep := must(lua.ParseReserve(v, 1))
-		grep := must(lua.ParseReserveGCRA(gv, now))
-		var gdec algorithms.Decision
-		gtag := must(grep.Decide(g, cost, &gdec))
-		if gdec != algorithms.MakeDecision(rep.Allowed, rep.Wait, rep.Remaining, rep.Reset) || grep.Binding != rep.Binding || (rep.Allowed && gtag != rep.Tags[0]) {
-			t.Fatalf("step %d: ReserveGCRA gives %+v (binding %d, tag %v), Reserve %+v", i, gdec, grep.Binding, gtag, rep)
+		rep := must(script.ParseReserve(v, 1))
+		grep := must(script.ParseReserveGCRA(gv, now))
+		gallowed, gwait, gtag, err := grep.Decide(gcra.FromParams(p), cost)
+		if err != nil || gallowed != rep.Allowed || math.Float64bits(gwait) != math.Float64bits(rep.Wait) || grep.Binding != rep.Binding || (rep.Allowed && gtag != rep.Tags[0]) {
+			t.Fatalf("step %d: ReserveGCRA gives allowed %v wait %v (binding %d, tag %v, %v), Reserve %+v", i, gallowed, gwait, grep.Binding, gtag, err, rep)
 		}
 		if rep.Binding == -1 {
 			floored++
@@ -358,23 +354,25 @@ func TestReserveGCRAServerClockNowIsTheScripts(t *testing.T) {
 	ctx := context.Background()
 	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 1, Period: time.Second, Burst: 1}, time.Second))
 	_, p := g.Params()
-	params := lua.GCRAParams(p)
+	params := script.GCRAParams(p)
 	prev := 0.0
 	for i := range 300 {
 		keys := []string{fmt.Sprintf("s:{%d}", i), fmt.Sprintf("s:{%d}:p", i)}
-		v, err := lua.ReserveGCRA.Run(ctx, client, keys, lua.ReserveGCRAArgs(lua.ServerTime, &params, 1)...).Result()
+		v, err := script.ReserveGCRA.Run(ctx, client, keys, script.ReserveGCRAArgs(script.ServerTime, &params, 1)...).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep := must(lua.ParseReserveGCRA(v, math.NaN()))
-		var dec algorithms.Decision
-		tag := must(rep.Decide(g, 1, &dec))
+		rep := must(script.ParseReserveGCRA(v, math.NaN()))
+		allowed, _, tag, err := rep.Decide(gcra.FromParams(p), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
 		stored := must(client.Get(ctx, keys[0]).Float64())
-		if !dec.Allowed || math.Float64bits(tag) != math.Float64bits(stored) {
-			t.Fatalf("call %d: Decide's TAT %s, the script stored %s (allowed %v)", i, lua.Float(tag), lua.Float(stored), dec.Allowed)
+		if !allowed || math.Float64bits(tag) != math.Float64bits(stored) {
+			t.Fatalf("call %d: Decide's TAT %s, the script stored %s (allowed %v)", i, script.Float(tag), script.Float(stored), allowed)
 		}
 		if rep.Now <= prev || math.Abs(rep.Now-algorithms.Millis(time.Now())) > 5000 {
-			t.Fatalf("call %d: now %s after %s: not the server's clock", i, lua.Float(rep.Now), lua.Float(prev))
+			t.Fatalf("call %d: now %s after %s: not the server's clock", i, script.Float(rep.Now), script.Float(prev))
 		}
 		prev = rep.Now
 	}
@@ -391,7 +389,7 @@ func TestReserveGCRAHandoffFloorMatchesGo(t *testing.T) {
 	ctx := context.Background()
 	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 5, Period: time.Second, Burst: 2}, 5*time.Second))
 	_, p := g.Params()
-	params := lua.GCRAParams(p)
+	params := script.GCRAParams(p)
 	keys := []string{"h:{k}", "h:{k}:p"}
 	rng := rand.New(rand.NewPCG(4, 2))
 	now := algorithms.Millis(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
@@ -402,31 +400,30 @@ func TestReserveGCRAHandoffFloorMatchesGo(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			floor = rng.Float64() * 6000
 		}
-		args := lua.ReserveGCRAArgs(lua.Float(now), &params, 1)
+		args := script.ReserveGCRAArgs(script.Float(now), &params, 1)
 		if floor > 0 {
-			args = append(args, lua.Float(floor))
+			args = append(args, script.Float(floor))
 		}
 		before := client.Get(ctx, keys[0]).Val()
-		v, err := runKept(ctx, client, lua.ReserveGCRA, keys, args...)
+		v, err := runKept(ctx, client, script.ReserveGCRA, keys, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep := must(lua.ParseReserveGCRA(v, now))
+		rep := must(script.ParseReserveGCRA(v, now))
 		rep.Handoff = floor
-		var dec algorithms.Decision
-		tag, err := rep.Decide(g, 1, &dec)
+		allowed, _, tag, err := rep.Decide(gcra.FromParams(p), 1)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
 		stored := client.Get(ctx, keys[0]).Val()
 		switch {
-		case !dec.Allowed:
+		case !allowed:
 			refused++
 			if stored != before {
 				t.Fatalf("step %d: a refusal wrote %q over %q", i, stored, before)
 			}
-		case stored != lua.Float(tag):
-			t.Fatalf("step %d: the script stored %q, Decide computed %v", i, stored, lua.Float(tag))
+		case stored != script.Float(tag):
+			t.Fatalf("step %d: the script stored %q, Decide computed %v", i, stored, script.Float(tag))
 		}
 		if floor > 0 && rep.TAT < now+floor {
 			bound++

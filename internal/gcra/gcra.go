@@ -1,0 +1,125 @@
+// Package gcra is the one Go implementation of GCRA's transition, and of its
+// waiting form, the leaky-bucket shaper, on a key's bare TAT (theoretical
+// arrival time). algorithms.GCRA (on a State), the memory store's hot path
+// (on a slab of TATs) and the Redis store (recomputing what reserve_gcra.lua
+// decided) all call it; the Lua scripts are its only other form, checked
+// against it step by step by the conformance test.
+//
+// With interval T = Period/Count and tolerance tau = T*Burst, a request of
+// cost c at now computes, relative to now,
+//
+//	ahead = max(tat - now, 0)
+//	delay = max(0, (ahead + T*c) - tau)
+//	next  = now + (max(ahead, delay - max(0, T*c - tau)) + T*c)
+//
+// and is admitted when delay <= MaxWait (0 for GCRA). Times are float64
+// milliseconds; every product is rounded on its own (float64()) so that no
+// fused multiply-add makes Go differ from the Lua VM.
+package gcra
+
+import "math"
+
+// Cold is the TAT of a cold key: below every now, so the key behaves as if
+// it had no state.
+var Cold = math.Inf(-1)
+
+// MaxExactCost is the largest cost whose float64 conversion is exact (2^53).
+const MaxExactCost = 1 << 53
+
+// Kernel is one configuration: T, tau and MaxWait, in milliseconds.
+type Kernel struct {
+	Interval float64 // T
+	Tau      float64 // T*Burst
+	MaxWait  float64 // MaxQueue; 0 for GCRA
+}
+
+// FromParams returns the kernel of an algorithm of kind "g" from its
+// parameters (algorithms.Algorithm.Params): interval, tau, max wait.
+func FromParams(p [6]float64) *Kernel { return &Kernel{Interval: p[0], Tau: p[1], MaxWait: p[2]} }
+
+// Admissible is the exact admissibility rule: the delay of cost on a cold
+// key, T*c - tau, fits in MaxWait. It is the very expression the transition
+// evaluates on a cold key ((0 + T*c) - tau), so the two cannot disagree.
+func (k *Kernel) Admissible(cost int64) bool {
+	return cost >= 1 && cost <= MaxExactCost && float64(k.Interval*float64(cost))-k.Tau <= k.MaxWait
+}
+
+// ahead returns how far tat lies after now (0 when it has passed).
+func ahead(tat, now float64) float64 {
+	if tat > now {
+		return tat - now
+	}
+	return 0
+}
+
+// delay is the transition's delay for a key ahead ms behind and tc = T*c.
+func (k *Kernel) delay(ahead, tc float64) float64 {
+	if w := (ahead + tc) - k.Tau; w > 0 {
+		return w
+	}
+	return 0
+}
+
+// next is the TAT to store for a request departing delay ms after now. When
+// the request departs later than it needed to (another dimension binds, or a
+// pause), the TAT is computed as if it had arrived as late as possible while
+// still departing then, so that departures stay at least T*c apart on this
+// key as well.
+func (k *Kernel) next(ahead, now, delay, tc float64) float64 {
+	excess := tc - k.Tau
+	if excess < 0 {
+		excess = 0
+	}
+	base := ahead
+	if v := delay - excess; v > base {
+		base = v
+	}
+	return now + (base + tc)
+}
+
+// Delay returns how long after now a request of cost first conforms.
+func (k *Kernel) Delay(tat, now float64, cost int64) float64 {
+	return k.delay(ahead(tat, now), float64(k.Interval*float64(cost)))
+}
+
+// Commit returns the TAT to store for a request of cost admitted at now
+// that departs delay ms later.
+func (k *Kernel) Commit(tat, now, delay float64, cost int64) float64 {
+	return k.next(ahead(tat, now), now, delay, float64(k.Interval*float64(cost)))
+}
+
+// Reserve is the whole transition for an admissible cost (see Admissible)
+// at a finite now, on a key nobody may leave before notBefore (a floor at or
+// before now changes nothing). Admitted, it returns the TAT to store and
+// the delay; refused, tat unchanged and how far the wait passes MaxWait.
+func (k *Kernel) Reserve(tat, now, notBefore float64, cost int64) (next, wait float64, allowed bool) {
+	a := ahead(tat, now)
+	tc := float64(k.Interval * float64(cost))
+	wait = k.delay(a, tc)
+	if floor := notBefore - now; floor > wait {
+		wait = floor
+	}
+	if wait > k.MaxWait {
+		return tat, wait - k.MaxWait, false
+	}
+	return k.next(a, now, wait, tc), wait, true
+}
+
+// Status returns the units admissible at once and the time until tat passes.
+func (k *Kernel) Status(tat, now float64) (remaining, resetAfter float64) {
+	if tat < now {
+		tat = now
+	}
+	return ((now + k.Tau) - tat) / k.Interval, tat - now
+}
+
+// Cancel refunds a reservation of cost whose commit stored tat, if and only
+// if the key's schedule still ends with it (stored == tat): no later
+// reservation depends on its slot. It returns the TAT to store and whether
+// it refunded.
+func (k *Kernel) Cancel(stored, tat float64, cost int64) (float64, bool) {
+	if stored != tat {
+		return stored, false
+	}
+	return tat - float64(k.Interval*float64(cost)), true
+}
