@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
+	itrace "github.com/throttlekit/throttlekit-go/internal/trace"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -134,7 +135,7 @@ type Reserver struct {
 	name    string
 	withKey bool
 	tracer  trace.Tracer
-	trace   *shaper.Trace
+	trace   *itrace.Hooks
 
 	reservations metric.Int64Counter
 	delay        metric.Float64Histogram
@@ -159,7 +160,7 @@ var _ shaper.Reserver = (*Reserver)(nil)
 // outcome or store operation, so that their stream count is bounded by
 // outcomes x limiter names whatever the number of keys, unless
 // WithKeyAttribute is on. Store latency and the failure policy's use are
-// observed through a shaper.Trace in the call's context, so they are recorded
+// observed through hooks in the call's context, so they are recorded
 // when r is a *shaper.Shaper or decorates one.
 //
 // Wrap returns a *Reserver. An instrument the meter provider fails to create
@@ -235,7 +236,7 @@ func Wrap(r shaper.Reserver, opts ...Option) shaper.Reserver {
 	for _, op := range []string{"reserve", "cancel", "pause", "reset", "pause_left"} {
 		w.byOp[op] = metric.WithAttributeSet(attribute.NewSet(w.limiter, AttrOperation.String(op)))
 	}
-	w.trace = &shaper.Trace{
+	w.trace = &itrace.Hooks{
 		StoreDone: func(ctx context.Context, op string, took time.Duration, _ error) {
 			w.storeLat.Record(ctx, took.Seconds(), w.opAttrs(op))
 		},
@@ -301,7 +302,7 @@ func (w *Reserver) Reserve(ctx context.Context, key string, cost int64) (shaper.
 		w.record(ctx, trace.SpanFromContext(ctx), "throttlekit.reserve", key, 0, errNil)
 		return shaper.Reservation{}, errNil
 	}
-	res, err := w.inner.Reserve(shaper.WithTrace(ctx, w.trace), key, cost)
+	res, err := w.inner.Reserve(itrace.With(ctx, w.trace), key, cost)
 	w.record(ctx, trace.SpanFromContext(ctx), "throttlekit.reserve", key, res.Delay, err)
 	return res, err
 }
@@ -324,7 +325,7 @@ func (w *Reserver) Wait(ctx context.Context, key string, cost int64) error {
 	}
 	w.waiting.Add(ctx, 1, w.limOnly)
 	start := time.Now()
-	err := w.inner.Wait(shaper.WithTrace(inner, w.trace), key, cost)
+	err := w.inner.Wait(itrace.With(inner, w.trace), key, cost)
 	took := time.Since(start)
 	w.waiting.Add(ctx, -1, w.limOnly)
 	outcome := w.record(ctx, parent, "throttlekit.wait", key, took, err)
@@ -347,7 +348,7 @@ func (w *Reserver) Pause(ctx context.Context, key string, d time.Duration) error
 	if w.inner == nil {
 		return errNil
 	}
-	err := w.inner.Pause(shaper.WithTrace(ctx, w.trace), key, d)
+	err := w.inner.Pause(itrace.With(ctx, w.trace), key, d)
 	if err == nil && d > 0 {
 		w.pauses.Add(ctx, 1, w.limOnly)
 	}

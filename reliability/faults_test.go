@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	itrace "github.com/throttlekit/throttlekit-go/internal/trace"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -300,7 +301,7 @@ func runFault(t *testing.T, f fault, policy shaper.FailurePolicy) string {
 	recovered := time.Duration(-1)
 	for time.Since(to) < 20*time.Second {
 		degraded := false
-		pctx := shaper.WithTrace(bg, &shaper.Trace{Degraded: func(context.Context, string) { degraded = true }})
+		pctx := itrace.With(bg, &itrace.Hooks{Degraded: func(context.Context, string) { degraded = true }})
 		if _, err := probe.Reserve(pctx, "p", 1); err == nil && !degraded {
 			recovered = time.Since(to)
 			break

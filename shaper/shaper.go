@@ -12,6 +12,7 @@ import (
 	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/gcra"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/internal/trace"
 )
 
 // Reserver is what the transport, the queue and the OpenTelemetry wrapper
@@ -378,7 +379,7 @@ func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool, de
 		return now, 0, 0, false, err
 	}
 	ms := algorithms.Millis(now)
-	if !tracing.Load() { // programs that never trace: no timer, no context lookup
+	if !trace.On() { // programs that never trace: no timer, no context lookup
 		tag, gen, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
 	} else {
 		st := startStore(ctx)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttlekit-go/internal/trace"
 )
 
 // TestTraceSeesEveryStoreOperation: each store operation made with a traced
@@ -14,7 +16,7 @@ func TestTraceSeesEveryStoreOperation(t *testing.T) {
 	s, _, clock := newTest(t, PerSecond(10))
 	var mu sync.Mutex
 	var ops []string
-	tr := &Trace{StoreDone: func(_ context.Context, op string, took time.Duration, err error) {
+	tr := &trace.Hooks{StoreDone: func(_ context.Context, op string, took time.Duration, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if took < 0 || err != nil {
@@ -22,9 +24,9 @@ func TestTraceSeesEveryStoreOperation(t *testing.T) {
 		}
 		ops = append(ops, op)
 	}}
-	ctx := WithTrace(context.Background(), tr)
-	if ContextTrace(ctx) != tr || ContextTrace(context.Background()) != nil {
-		t.Fatal("ContextTrace does not return what WithTrace attached")
+	ctx := trace.With(context.Background(), tr)
+	if trace.From(ctx) != tr || trace.From(context.Background()) != nil {
+		t.Fatal("trace.From does not return what trace.With attached")
 	}
 	if _, err := s.Reserve(context.Background(), "k", 1); err != nil { // untraced
 		t.Fatal(err)
