@@ -411,7 +411,7 @@ func TestDegradedCounted(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	defer client.Close()
-	store := shaper.NewRedisStore(client, shaper.WithFailurePolicy(shaper.FailOpen), shaper.WithTimeout(100*time.Millisecond))
+	store := shaper.NewRedisStore(client, shaper.WithFailurePolicy(shaper.FailOpen), shaper.WithRedisTimeout(100*time.Millisecond))
 	defer store.Close()
 	s, err := shaper.New(store, shaper.PerSecond(100), shaper.WithName("fleet"))
 	if err != nil {

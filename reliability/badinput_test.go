@@ -56,7 +56,7 @@ var fuzzID atomic.Int64
 func FuzzBadInput(f *testing.F) {
 	srv := redistest.Start(f)
 	client := srv.Client()
-	store := shaper.NewRedisStore(client, shaper.WithTimeout(30*time.Second)) // 1 MiB keys under -race
+	store := shaper.NewRedisStore(client, shaper.WithRedisTimeout(30*time.Second)) // 1 MiB keys under -race
 	f.Add(int64(10), int64(time.Second), int64(1), int64(1), "k", int64(time.Second), int64(30*time.Second), uint8(0), "10/s")
 	f.Add(int64(0), int64(time.Second), int64(1), int64(1), "k", int64(0), int64(0), uint8(1), "0/s")
 	f.Add(int64(-5), int64(-1), int64(-1), int64(-1), "", int64(-1), int64(-1), uint8(2), "NaN/s")
@@ -134,7 +134,7 @@ func TestNilAndBrokenParts(t *testing.T) {
 		"FailLocal(NaN)":           shaper.NewRedisStore(client, shaper.WithFailurePolicy(shaper.FailLocal(math.NaN()))),
 		"FailLocal(+Inf)":          shaper.NewRedisStore(client, shaper.WithFailurePolicy(shaper.FailLocal(math.Inf(1)))),
 		"FailLocal(-1)":            shaper.NewRedisStore(client, shaper.WithFailurePolicy(shaper.FailLocal(-1))),
-		"timeout 0":                shaper.NewRedisStore(client, shaper.WithTimeout(0)),
+		"timeout 0":                shaper.NewRedisStore(client, shaper.WithRedisTimeout(0)),
 		"memory MaxKeys -1":        shaper.NewMemoryStore(shaper.WithMaxKeys(-1)),
 		"memory sweep interval -1": shaper.NewMemoryStore(shaper.WithSweepInterval(-1)),
 	}

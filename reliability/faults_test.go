@@ -278,7 +278,7 @@ func runFault(t *testing.T, f fault, policy shaper.FailurePolicy) string {
 		e.srv = redistest.Start(t, f.extra...)
 		e.client = e.srv.Client(func(o *redis.Options) { o.PoolSize = 32 })
 	}
-	store := shaper.NewRedisStore(e.client, shaper.WithTimeout(storeTimeout), shaper.WithFailurePolicy(policy))
+	store := shaper.NewRedisStore(e.client, shaper.WithRedisTimeout(storeTimeout), shaper.WithFailurePolicy(policy))
 	defer store.Close()
 	s, err := shaper.New(store, shaper.PerSecond(faultRate), shaper.WithName("faults"), shaper.WithMaxQueue(time.Second))
 	if err != nil {

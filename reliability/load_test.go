@@ -32,7 +32,7 @@ func TestLoadMillionReservations(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	client := srv.Client(func(o *redis.Options) { o.PoolSize = 128 })
-	store := shaper.NewRedisStore(client, shaper.WithClientClock(), shaper.WithTimeout(5*time.Second))
+	store := shaper.NewRedisStore(client, shaper.WithClientClock(), shaper.WithRedisTimeout(5*time.Second))
 	s, err := shaper.New(store, shaper.Every(every), shaper.WithName("load"), shaper.WithMaxQueue(time.Hour))
 	if err != nil {
 		t.Fatal(err)

@@ -66,9 +66,9 @@ func TestDimensionOrderNeverChangesTheResult(t *testing.T) {
 		keep func(prefix string)
 	}{
 		{"memory", func() Store { return NewMemoryStore(WithSweepInterval(0)) }, nil},
-		{"redis", func() Store { return NewRedisStore(single, WithClientClock(), WithTimeout(5*time.Second)) },
+		{"redis", func() Store { return NewRedisStore(single, WithClientClock(), WithRedisTimeout(5*time.Second)) },
 			func(p string) { keepKeys(t, single, p) }},
-		{"cluster", func() Store { return NewRedisStore(cluster, WithClientClock(), WithTimeout(5*time.Second)) },
+		{"cluster", func() Store { return NewRedisStore(cluster, WithClientClock(), WithRedisTimeout(5*time.Second)) },
 			func(p string) { keepKeys(t, cluster, p) }},
 	}
 	var want []string
@@ -145,7 +145,7 @@ func TestMarkedSlotSharesTheBroadestBudgetOnACluster(t *testing.T) {
 	t.Parallel()
 	cluster := redistest.StartCluster(t).Client(t)
 	for _, client := range []redis.UniversalClient{cluster} {
-		s, err := All(NewRedisStore(client, WithTimeout(slowMachine)), []Dimension{
+		s, err := All(NewRedisStore(client, WithRedisTimeout(slowMachine)), []Dimension{
 			{Name: "team", Rate: PerSecond(100).WithBurst(100), Key: func(k string) string { return "team:" + k[:1] }},
 			{Name: "org", Rate: PerMinute(1), Key: func(string) string { return "org" }, Slot: true},
 		}, WithName("slot"), WithMaxQueue(time.Second))

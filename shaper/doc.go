@@ -1,10 +1,8 @@
-// Package shaper is ThrottleKit's public face: an outbound traffic shaper that
-// gives every request a departure slot, so that traffic reaches a partner as a
-// steady stream inside its contract instead of a burst followed by 429s.
+// Package shaper gives every outbound request a departure slot, so that a
+// service's traffic reaches a partner as a steady stream inside its contract
+// instead of a burst followed by 429s.
 //
-// Create a store, then a shaper per contract:
-//
-//	store := shaper.NewMemoryStore() // one process; shaper.NewRedisStore(client) shares a budget across a fleet
+//	store := shaper.NewMemoryStore() // or shaper.NewRedisStore(client): one budget for a fleet
 //	defer store.Close()
 //	s, err := shaper.New(store, shaper.PerSecond(10)) // or shaper.ParseRate("600/min burst 5")
 //	...
@@ -13,42 +11,12 @@
 //	}
 //	// call the partner
 //
-// # Which method
-//
-//   - Wait (most callers): reserve a slot and sleep until it. If the slot
-//     would fall after ctx's deadline, it fails at once and gives the slot back.
-//   - Reserve: reserve a slot without sleeping; the Reservation says how long
-//     to wait, and Cancel gives the slot back if the caller will not go.
-//   - Allow: admit only what may leave right now, never queue.
-//   - Pause: hold a key for a while (a partner's 429 with Retry-After).
-//   - Reset: forget a key.
-//
-// A request whose wait would exceed MaxQueue (default 30 s) is refused at once
-// with a *QueueFullError (errors.Is(err, ErrQueueFull)): the caller learns
-// immediately instead of after waiting, and nothing is consumed.
-//
-// # Algorithms
-//
-// The default is the leaky-bucket shaper (GCRA that waits). WithAlgorithm
-// selects GCRA, TokenBucket, FixedWindow, SlidingWindow, SlidingWindowLog or
-// Quota(Daily|Weekly|Monthly|Fixed|Rolling). Algorithms other than the leaky
-// bucket cannot hold a slot for later: their Reserve admits or refuses at once
-// and their Wait sleeps until the request would be admitted, then tries again.
-// The math lives in package algorithms; docs/ALGORITHMS.md gives each
-// algorithm's contract.
-//
-// # Several limits at once
-//
-// All combines dimensions (requests per minute and tokens per minute, say): a
-// request departs when every dimension allows it, and consumes in all of them
-// or in none. Each dimension may map the key (an account-wide limit over
-// per-user keys) and the cost.
-//
-// # Errors
-//
-// Bad input gets a typed error at the call and writes nothing: *ConfigError
-// and *RateError (ErrInvalidConfig), *CostError (ErrInvalidCost), *KeyError
-// (ErrInvalidKey). A context that is done returns ctx.Err() unchanged.
-//
-// A Shaper and a MemoryStore are safe for concurrent use.
+// Most callers want Wait. Reserve returns the slot without sleeping; Allow
+// admits only what may leave now; Pause holds a key (a partner's 429); Reset
+// forgets it. A wait longer than MaxQueue is refused at once with a
+// *QueueFullError and consumes nothing. All combines several contracts
+// (requests and tokens per minute). Bad input gets a typed error and writes
+// nothing; a done ctx returns ctx.Err() unchanged. Shapers and stores are
+// safe for concurrent use. The docs/ folder says what each algorithm
+// guarantees and how a fleet shares a budget.
 package shaper

@@ -9,49 +9,36 @@ import (
 	"github.com/throttlekit/throttlekit-go/algorithms"
 )
 
+// The sentinels every error of this package matches (errors.Is).
 var (
-	// ErrQueueFull is matched (errors.Is) by every *QueueFullError: the wait a
-	// request needs is longer than the shaper accepts.
+	// ErrQueueFull: the wait would exceed MaxQueue (*QueueFullError).
 	ErrQueueFull = errors.New("throttlekit: queue full")
-
-	// ErrInvalidConfig is matched by every configuration error: *ConfigError
-	// from New and All, *RateError from ParseRate.
+	// ErrInvalidConfig: a configuration refused (*ConfigError, *RateError).
 	ErrInvalidConfig = algorithms.ErrInvalidConfig
-
-	// ErrInvalidCost is matched by *CostError: a cost below 1, or one that can
-	// never be admitted (above the burst, above the limit, or longer than
-	// MaxQueue to drain even on an idle key). Nothing is consumed.
+	// ErrInvalidCost: a cost below 1 or one never admissible (*CostError).
 	ErrInvalidCost = algorithms.ErrInvalidCost
-
-	// ErrInvalidKey is matched by *KeyError: a key longer than MaxKeyLen.
+	// ErrInvalidKey: a key longer than MaxKeyLen (*KeyError).
 	ErrInvalidKey = errors.New("throttlekit: invalid key")
-
-	// ErrStoreUnavailable is matched by every *StoreError: the store (Redis)
-	// failed or timed out and the failure policy is FailClosed.
+	// ErrStoreUnavailable: Redis failed under FailClosed, or the client is
+	// misconfigured (*StoreError).
 	ErrStoreUnavailable = errors.New("throttlekit: store unavailable")
-
-	// ErrInvalidState is matched by every *StateError: the data stored under
-	// one of the library's key names cannot be used (a value of another type,
-	// written by other code, or a corrupt state). That call alone fails;
-	// nothing is written and no other key is affected.
+	// ErrInvalidState: a key holds data the library did not write
+	// (*StateError); that call alone fails and nothing is written.
 	ErrInvalidState = errors.New("throttlekit: stored state cannot be used")
-
-	// ErrStoreFull is returned by a memory store at its MaxKeys cap when a new
-	// key (or a new pause) arrives and no stored entry is idle. Nothing is
-	// written; existing keys are unaffected.
+	// ErrStoreFull: a memory store at its MaxKeys cap with nothing idle.
 	ErrStoreFull = errors.New("throttlekit: memory store is full (MaxKeys) and no key is idle")
 )
 
-// ConfigError reports a configuration value that New or All refused.
+// ConfigError reports a configuration value that was refused.
 type ConfigError = algorithms.ConfigError
 
-// CostError reports a cost that was refused before anything was consumed.
+// CostError reports a refused cost; nothing was consumed.
 type CostError = algorithms.CostError
 
-// MaxKeyLen is the longest key a shaper accepts, in bytes.
+// MaxKeyLen is the longest key accepted, in bytes.
 const MaxKeyLen = 4096
 
-// KeyError reports a key that was refused. Key holds at most its first 64 bytes.
+// KeyError reports a refused key (Key holds at most its first 64 bytes).
 type KeyError struct {
 	Key    string
 	Len    int
@@ -80,20 +67,13 @@ func (e *RateError) Error() string {
 // Unwrap makes errors.Is(err, ErrInvalidConfig) true.
 func (e *RateError) Unwrap() error { return ErrInvalidConfig }
 
-// QueueFullError reports a request refused because its wait would exceed the
-// shaper's MaxQueue. Nothing was consumed; the caller learns at once instead
-// of after waiting. It matches ErrQueueFull.
+// QueueFullError reports a request refused at once because its wait would
+// exceed MaxQueue; nothing was consumed. It matches ErrQueueFull.
 type QueueFullError struct {
-	Key string
-	// Dimension names the dimension of a multi-dimension shaper that required
-	// the wait ("pause" when a pause did); empty for a single contract.
-	Dimension string
-	// Delay is the wait the request would have needed.
-	Delay time.Duration
-	// MaxQueue is the longest wait the shaper grants; zero for algorithms that
-	// never queue (everything but the leaky bucket), whose Reserve refuses any
-	// request that cannot depart at once.
-	MaxQueue time.Duration
+	Key       string
+	Dimension string        // the binding dimension ("pause" for a pause; "" for one contract)
+	Delay     time.Duration // the wait the request would have needed
+	MaxQueue  time.Duration // the shaper's; 0 for algorithms that never queue
 }
 
 // Error says which key, how long the wait would have been, and the limit.
@@ -104,9 +84,9 @@ func (e *QueueFullError) Error() string {
 // Is makes errors.Is(err, ErrQueueFull) true.
 func (e *QueueFullError) Is(target error) bool { return target == ErrQueueFull }
 
-// DeadlineError reports that Wait refused because the request's departure
-// would fall after the context's deadline. Nothing was consumed (the
-// reservation was cancelled). It matches context.DeadlineExceeded.
+// DeadlineError reports a request refused at once because its slot would fall
+// after its context's deadline; the slot was given back. It matches
+// context.DeadlineExceeded.
 type DeadlineError struct {
 	Key      string
 	Delay    time.Duration // the wait the request would have needed
@@ -121,18 +101,15 @@ func (e *DeadlineError) Error() string {
 // Unwrap makes errors.Is(err, context.DeadlineExceeded) true.
 func (e *DeadlineError) Unwrap() error { return context.DeadlineExceeded }
 
-// StateError reports a key whose stored data a Redis store could not use: a
-// value of another type at the library's key name (written by other code),
-// or a state that is not one the library writes. The call fails alone; the
-// data is neither read as state nor overwritten, no other key is affected,
-// and the failure policy does not serve it (the server is healthy). It
-// matches ErrInvalidState and unwraps to the server's error.
+// StateError reports a key holding data a Redis store did not write (another
+// program's value, a corrupt state): that call fails alone, nothing is
+// overwritten, and no failure policy serves it. It matches ErrInvalidState.
 type StateError struct {
 	Op        string // "reserve", "cancel", "pause"
-	Key       string // the caller's key (after the dimension's Key mapping)
-	Dimension string // the dimension's name; empty for a shaper of one contract
+	Key       string // after the dimension's Key mapping
+	Dimension string
 	Reason    string
-	Err       error
+	Err       error // the server's error
 }
 
 // Error names the key, the dimension and what was wrong.
@@ -150,10 +127,9 @@ func (e *StateError) Unwrap() error { return e.Err }
 // Is makes errors.Is(err, ErrInvalidState) true.
 func (e *StateError) Is(target error) bool { return target == ErrInvalidState }
 
-// StoreError reports a store that failed or timed out under the FailClosed
-// policy, or, under every policy, a client that cannot work as configured
-// (a wrong password, a missing permission, a closed client). It matches
-// ErrStoreUnavailable and unwraps to the cause.
+// StoreError reports Redis failing under FailClosed or, under every policy, a
+// client that cannot work as configured (a wrong password, a missing
+// permission). It matches ErrStoreUnavailable and unwraps to the cause.
 type StoreError struct {
 	Op  string // "reserve", "cancel", "pause", "reset"
 	Err error

@@ -15,28 +15,15 @@ import (
 
 const memShards = 64 // a power of two
 
-// DefaultSweepInterval is how often a memory store evicts idle keys unless
-// WithSweepInterval says otherwise.
+// DefaultSweepInterval is how often a memory store evicts idle keys by default.
 const DefaultSweepInterval = time.Minute
 
-// MemoryStore keeps shaper state in this process: the embedded default, for a
-// single process (a fleet shares a budget through NewRedisStore).
-//
-// It is sharded 64 ways by key, so there is no global lock on the hot path,
-// and a reservation on an existing key allocates nothing. Keys whose state is
-// equivalent to a cold key (idle long enough that their next request would be
-// treated as the first) are evicted by a background sweeper, so memory
-// follows the keys in use. Idleness is judged at the latest instant any shaper
-// has passed to the store, so shapers sharing a store should share a clock.
-//
-// With WithMaxKeys, the store holds at most that many entries (a key's state
-// and a key's pause record each count). A new entry when the store is full
-// evicts an idle entry from anywhere in the store; if none is idle it fails
-// with ErrStoreFull. Either costs microseconds, with no scan, however many
-// keys the store holds (BenchmarkNewKeyAtTheCap). A key that is still
-// throttled (or paused) is never evicted, so the cap never loosens a contract.
-//
-// Close stops the sweeper; the store stays usable without it.
+// MemoryStore keeps shaper state in this process. It is sharded, with no
+// global lock on the hot path and no allocation per reservation on an
+// existing key. Keys idle long enough to be equivalent to a cold key are
+// evicted by a background sweeper; WithMaxKeys caps the entries held, never
+// evicting a key that is still throttled or paused. Shapers sharing a store
+// should share a clock: idleness is judged at the latest instant any passed.
 type MemoryStore struct {
 	seed     maphash.Seed
 	shards   [memShards]memShard
@@ -216,10 +203,9 @@ func (sp *memSpace) sweep(now float64) int {
 // MemoryOption configures NewMemoryStore.
 type MemoryOption func(*MemoryStore)
 
-// WithMaxKeys caps the number of entries held: a key's state and a key's
-// pause record each count (0, the default, means no cap). At the cap a new
-// entry evicts an idle one from anywhere in the store, or fails with
-// ErrStoreFull if none is idle; see MemoryStore.
+// WithMaxKeys caps the entries held (a key's state and a key's pause each
+// count; 0, the default, means no cap). At the cap a new entry evicts an idle
+// one, or fails with ErrStoreFull if none is idle.
 func WithMaxKeys(n int) MemoryOption {
 	return func(m *MemoryStore) {
 		if n < 0 {
@@ -230,8 +216,7 @@ func WithMaxKeys(n int) MemoryOption {
 }
 
 // WithSweepInterval sets how often idle keys are evicted in the background
-// (default DefaultSweepInterval). 0 disables the background sweeper; Sweep
-// can still be called.
+// (default DefaultSweepInterval; 0 disables the sweeper).
 func WithSweepInterval(d time.Duration) MemoryOption {
 	return func(m *MemoryStore) {
 		if d < 0 {
@@ -241,8 +226,8 @@ func WithSweepInterval(d time.Duration) MemoryOption {
 	}
 }
 
-// NewMemoryStore returns an in-memory store. An invalid option is reported by
-// New or All when a shaper is bound to the store.
+// NewMemoryStore returns an in-memory store. An invalid option is reported
+// when a shaper is bound to the store (New or All).
 func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	m := &MemoryStore{seed: maphash.MakeSeed(), interval: DefaultSweepInterval, ns: map[string]*dim{}}
 	for _, o := range opts {
@@ -256,8 +241,7 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	return m
 }
 
-// Close stops the background sweeper and waits for it to exit. It is safe to
-// call more than once; the store remains usable.
+// Close stops the background sweeper and waits for it; the store stays usable.
 func (m *MemoryStore) Close() error {
 	m.closeOnce.Do(func() {
 		if m.stop != nil {
@@ -268,8 +252,7 @@ func (m *MemoryStore) Close() error {
 	return nil
 }
 
-// Len returns the number of entries held: a key's state and a key's pause
-// record each count, as they do against WithMaxKeys.
+// Len returns the number of entries held, as WithMaxKeys counts them.
 func (m *MemoryStore) Len() int { return int(m.keys.Load()) }
 
 func (m *MemoryStore) sweeper() {
@@ -286,8 +269,7 @@ func (m *MemoryStore) sweeper() {
 	}
 }
 
-// Sweep evicts every idle key now and returns how many it evicted. The
-// background sweeper calls it every sweep interval.
+// Sweep evicts every idle key now and returns how many it evicted.
 func (m *MemoryStore) Sweep() int {
 	now := 0.0
 	for i := range m.shards {

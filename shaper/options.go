@@ -8,16 +8,13 @@ import (
 	"github.com/throttlekit/throttlekit-go/internal/timer"
 )
 
-// Clock is the time source of a shaper: Now and one-shot timers. The default
-// is the system clock; tests pass their own (see WithClock).
+// Clock is a shaper's time source (WithClock); shapertest.Clock is a fake one.
 type Clock = timer.Clock
 
 // Timer is a one-shot timer created by a Clock.
 type Timer = timer.Timer
 
-// DefaultMaxQueue is the longest wait a shaper grants unless WithMaxQueue says
-// otherwise. A request that would wait longer fails at once with a
-// *QueueFullError.
+// DefaultMaxQueue is the longest wait a shaper grants unless WithMaxQueue says otherwise.
 const DefaultMaxQueue = 30 * time.Second
 
 // Option configures New and All.
@@ -40,9 +37,9 @@ func defaults() config {
 // WithAlgorithm chooses the algorithm (default LeakyBucket).
 func WithAlgorithm(a Algorithm) Option { return func(c *config) { c.alg = a } }
 
-// WithMaxQueue sets the longest wait granted (default DefaultMaxQueue). For
-// the leaky bucket it bounds the reservation's delay; for the other algorithms
-// it bounds how long Wait keeps retrying. Zero means never wait.
+// WithMaxQueue sets the longest wait granted (default DefaultMaxQueue; 0:
+// never wait). For the algorithms other than the leaky bucket it bounds how
+// long Wait keeps retrying.
 func WithMaxQueue(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
@@ -53,16 +50,14 @@ func WithMaxQueue(d time.Duration) Option {
 }
 
 // WithPrefix sets the namespace of the shaper's keys in its store (default
-// "tk:" followed by the name). Shapers that share a store and a prefix share
-// their keys' budgets, so they must have the same configuration; a memory store
-// refuses a second shaper on the same prefix with a different one.
+// "tk:" + name). Shapers sharing a store and a prefix share their budgets, so
+// they must be configured alike.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithName names the shaper for errors, metrics and the default prefix.
 func WithName(n string) Option { return func(c *config) { c.name = n } }
 
-// WithClock sets the clock (default: the system clock). Every time the shaper
-// reads or sleeps goes through it.
+// WithClock sets the clock the shaper reads and sleeps on (default: the system clock).
 func WithClock(clk Clock) Option {
 	return func(c *config) {
 		if clk == nil {
@@ -73,12 +68,9 @@ func WithClock(clk Clock) Option {
 	}
 }
 
-// WithPreciseSleep makes Wait finish each sleep by yielding the processor for
-// the last window before the departure instead of trusting the timer (window
-// 0 means 2 ms). Departures then leave within microseconds of their slot
-// rather than up to about a millisecond late, at the cost of CPU during the
-// window. Worth it for a sequential caller above about 1,000/s; see
-// docs/TIMER.md.
+// WithPreciseSleep makes Wait spend the last window (0: 2 ms) before each
+// departure yielding the processor instead of trusting the timer: departures
+// within microseconds of their slot, for CPU. See docs/TIMER.md.
 func WithPreciseSleep(window time.Duration) Option {
 	return func(c *config) {
 		if window <= 0 {
@@ -88,9 +80,7 @@ func WithPreciseSleep(window time.Duration) Option {
 	}
 }
 
-// Algorithm selects how a shaper limits: the values LeakyBucket, GCRA,
-// TokenBucket, FixedWindow, SlidingWindow and SlidingWindowLog, or
-// SlidingWindowBuckets(n) and Quota(cadence).
+// Algorithm selects how a shaper limits (WithAlgorithm); see docs/ALGORITHMS.md.
 type Algorithm struct {
 	kind    algKind
 	buckets int
@@ -110,27 +100,21 @@ const (
 )
 
 var (
-	// LeakyBucket (the default) gives every request a departure slot: it waits
-	// rather than being refused, unless the wait would exceed MaxQueue.
+	// LeakyBucket (the default) delays each request to its slot, up to MaxQueue.
 	LeakyBucket = Algorithm{kind: kindLeaky}
-	// GCRA is the leaky bucket's recurrence without waiting: Reserve refuses
-	// any request that cannot depart at once; Wait sleeps and retries.
+	// GCRA admits only what conforms now; Wait sleeps and retries.
 	GCRA = Algorithm{kind: kindGCRA}
 	// TokenBucket holds Burst tokens refilled at the rate; it starts full.
 	TokenBucket = Algorithm{kind: kindToken}
-	// FixedWindow admits Count per epoch-aligned Period. Up to 2*Count can
-	// pass within one Period across a window boundary.
+	// FixedWindow admits Count per epoch-aligned Period.
 	FixedWindow = Algorithm{kind: kindFixed}
-	// SlidingWindow estimates the count over the trailing Period from 10
-	// sub-buckets (error at most one sub-bucket). See SlidingWindowBuckets.
+	// SlidingWindow estimates the trailing Period's count from 10 sub-buckets.
 	SlidingWindow = Algorithm{kind: kindSliding, buckets: 10}
-	// SlidingWindowLog admits exactly Count per trailing Period; its state
-	// grows with Count, so keep Count small.
+	// SlidingWindowLog admits exactly Count per trailing Period.
 	SlidingWindowLog = Algorithm{kind: kindLog}
 )
 
-// SlidingWindowBuckets is SlidingWindow with n sub-buckets (1 to 256; 1 is the
-// classic two-counter estimate).
+// SlidingWindowBuckets is SlidingWindow with n sub-buckets (1 to 256).
 func SlidingWindowBuckets(n int) Algorithm { return Algorithm{kind: kindSliding, buckets: n} }
 
 // Cadence lays out a quota's periods; see Daily, Weekly, Monthly, Fixed and Rolling.

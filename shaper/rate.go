@@ -8,13 +8,9 @@ import (
 	"time"
 )
 
-// Rate is a contract: Count units per Period, with up to Burst units allowed
-// back to back. The zero Burst means 1 (strict pacing: every unit is spaced
-// Period/Count from the next). Fractional rates are written with a longer
-// period: 7 per 3 seconds is Rate{Count: 7, Period: 3 * time.Second}.
-//
-// For the window algorithms and quotas, Count is the limit per window (or per
-// period) and Burst is not used.
+// Rate is a contract: Count units per Period, up to Burst back to back (0
+// means 1: strict pacing). 7 per 3 seconds is Rate{Count: 7, Period: 3 *
+// time.Second}. Window algorithms and quotas ignore Burst.
 type Rate struct {
 	Count  int64
 	Period time.Duration
@@ -50,8 +46,7 @@ func (r Rate) burst() int64 {
 	return r.Burst
 }
 
-// Month is the period that ParseRate and String use for "month": 30 days. A
-// calendar month is a quota cadence instead: WithAlgorithm(Quota(Monthly(offset))).
+// Month is 30 days, the "month" of ParseRate; calendar months are Quota(Monthly(offset)).
 const Month = 30 * 24 * time.Hour
 
 // units, largest first, as String writes them; ParseRate accepts these and

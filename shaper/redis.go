@@ -15,62 +15,22 @@ import (
 	"github.com/throttlekit/throttlekit-go/internal/script"
 )
 
-// DefaultRedisTimeout bounds every Redis call unless WithTimeout says otherwise.
+// DefaultRedisTimeout bounds each Redis call unless WithRedisTimeout says otherwise.
 const DefaultRedisTimeout = 250 * time.Millisecond
 
 // redisRetryEvery is how long a store that saw Redis fail serves its failure
 // policy before it tries Redis again.
 const redisRetryEvery = 500 * time.Millisecond
 
-// RedisStore keeps shaper state in Redis, so that every process sharing the
-// server (single node, Sentinel or Cluster: any redis.UniversalClient) shares
-// one budget per key.
-//
-// Every reservation is one round trip: one Lua script (EVALSHA, EVAL when the
-// server answers NOSCRIPT) that computes the same transition as the memory
-// store, bit for bit, over all of the reservation's keys at once. By default
-// the script reads Redis TIME, so hosts whose clocks disagree still share one
-// schedule; WithClientClock passes the shaper's clock instead. A reservation's
-// delay is counted from the moment its reply arrives, so that no caller
-// departs before its slot on the server's timeline, however long the call
-// took.
-//
-// Keys are the shaper's prefix followed by the escaped key in braces, so that
-// no key can choose its cluster slot, and no two (prefix, dimension, key,
-// kind) ever share a Redis key: "{", "}", "\" and, after the braces, ":" are
-// escaped. A multi-dimension reservation keeps all its keys in the slot of
-// its slot dimension's key (see Dimension.Slot), whatever the order of the
-// dimensions.
-// Every key expires once its state is equivalent to a cold key. A key of
-// another type, or a corrupt state, under one of the store's key names is
-// never overwritten: that call fails with a *StateError.
-//
-// # Failures
-//
-// Each call is bounded by the caller's ctx and WithTimeout; the time spent
-// waiting for one of the client's pooled connections is not counted against
-// the timeout (the store runs at most PoolSize calls at once and queues the
-// rest), so a burst of callers on a healthy server is not an outage.
-//
-// Only evidence that the server is unreachable or unhealthy serves the
-// failure policy (WithFailurePolicy): a refused or reset connection, LOADING,
-// MASTERDOWN, CLUSTERDOWN, OOM and the like, or a call that held a connection
-// and got no answer within its bound. FailClosed (the default) returns a
-// *StoreError, FailOpen admits, FailLocal paces on an in-memory shaper at a
-// share of the rate. Under FailOpen and FailLocal a call whose ctx deadline
-// is nearer than the timeout gives Redis three quarters of the time left, so
-// that the policy can still answer within the deadline.
-//
-// Other failures are never served by the policy: a key whose data cannot be
-// used fails that call alone (*StateError), and a client that cannot work as
-// configured (WRONGPASS, NOAUTH, NOPERM, a closed client) returns a
-// *StoreError every time, so that a wrong password cannot silently turn the
-// limiter off.
-//
-// When the server answers nobody for half the timeout, or the connection
-// fails, the store judges it down for half a second: calls are served by the
-// policy without touching Redis. Then one call at a time probes it; the
-// first answer judges it up again.
+// RedisStore keeps shaper state in Redis (single node, Sentinel or Cluster),
+// so that every process using it shares one budget per key. Each reservation
+// is one Lua script over all its keys, on Redis TIME by default, deciding
+// exactly as the memory store does; its delay counts from the reply, so no
+// caller departs before its slot. Keys never choose their cluster slot (see
+// Dimension.Slot) and expire once equivalent to a cold key. When Redis is
+// down or silent, the failure policy answers (WithFailurePolicy); a wrong
+// password or permission, or a key holding foreign data, is an error under
+// every policy. docs/REDIS.md gives the key layout and the failure rules.
 type RedisStore struct {
 	client      redis.UniversalClient
 	ctxTimeouts bool // the client honours ctx deadlines on its sockets
@@ -89,39 +49,37 @@ type RedisStore struct {
 	degraded atomic.Uint64
 }
 
-// FailurePolicy says what a RedisStore does when Redis fails or times out.
+// FailurePolicy says what a RedisStore does while Redis is down or silent.
 type FailurePolicy struct {
 	kind  int
 	share float64
 }
 
 var (
-	// FailClosed returns the error, wrapped in a *StoreError matching
-	// ErrStoreUnavailable. Nothing is admitted. This is the default.
+	// FailClosed (the default) returns a *StoreError; nothing is admitted.
 	FailClosed = FailurePolicy{kind: 0}
-	// FailOpen admits every request while Redis is unavailable (and counts it:
-	// see Degraded). The contract is not enforced meanwhile.
+	// FailOpen admits every request, unpaced (see RedisStore.Degraded).
 	FailOpen = FailurePolicy{kind: 1}
 )
 
-// FailLocal paces requests on an in-memory shaper at share (0 < share <= 1)
-// of the rate while Redis is unavailable: give each of N processes 1/N so that
-// the fleet stays within the contract.
+// FailLocal paces each process on its own at share (0 < share <= 1) of the
+// rate: give each of N processes 1/N and the fleet stays within the contract.
 func FailLocal(share float64) FailurePolicy { return FailurePolicy{kind: 2, share: share} }
 
 // RedisOption configures NewRedisStore.
 type RedisOption func(*RedisStore)
 
-// WithTimeout bounds each Redis call once it holds a connection (default
-// DefaultRedisTimeout); waiting for a connection is bounded by the caller's
-// ctx alone. Past the bound, the failure policy serves the call if the
-// server answered nobody meanwhile; if it answered other calls, this process
-// is the slow one and the call fails alone with a *StoreError. A client
-// created with ContextTimeoutEnabled applies the bound on its socket; for any
-// other client the store enforces it by running the call on its own
-// goroutine (about a microsecond more per call, and a stalled call's
-// goroutine lives until the client's ReadTimeout).
-func WithTimeout(d time.Duration) RedisOption {
+// WithTimeout is WithRedisTimeout.
+//
+// Deprecated: use WithRedisTimeout, whose name says whose option it is.
+func WithTimeout(d time.Duration) RedisOption { return WithRedisTimeout(d) }
+
+// WithRedisTimeout bounds each Redis call once it holds a connection
+// (default DefaultRedisTimeout); waiting for a connection is bounded by the
+// caller's ctx alone. A call past the bound while the server answers nobody
+// is served by the failure policy; one past it while the server answers
+// others fails alone with a *StoreError.
+func WithRedisTimeout(d time.Duration) RedisOption {
 	return func(r *RedisStore) {
 		if d <= 0 {
 			r.err = &ConfigError{Algorithm: "redis-store", Field: "Timeout", Value: d, Reason: "must be > 0"}
@@ -130,11 +88,11 @@ func WithTimeout(d time.Duration) RedisOption {
 	}
 }
 
-// WithClientClock makes the scripts use the shaper's clock instead of Redis
-// TIME (for tests and conformance; every host must then agree on the time).
+// WithClientClock makes the scripts decide on the shaper's clock instead of
+// Redis TIME (for tests; every host must then agree on the time).
 func WithClientClock() RedisOption { return func(r *RedisStore) { r.clientClock = true } }
 
-// WithFailurePolicy sets what happens while Redis is unavailable.
+// WithFailurePolicy sets what the store does while Redis is down (default FailClosed).
 func WithFailurePolicy(p FailurePolicy) RedisOption {
 	return func(r *RedisStore) {
 		if p.kind == 2 && !(p.share > 0 && p.share <= 1) {
@@ -145,7 +103,7 @@ func WithFailurePolicy(p FailurePolicy) RedisOption {
 }
 
 // NewRedisStore returns a store on client. A nil client or an invalid option
-// is reported by New or All when a shaper is bound to the store.
+// is reported when a shaper is bound to the store (New or All).
 func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStore {
 	r := &RedisStore{client: client, timeout: DefaultRedisTimeout, localFor: map[*dim]*dim{}, health: newHealth()}
 	for _, o := range opts {
@@ -170,8 +128,7 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStor
 	return r
 }
 
-// Close stops the FailLocal policy's in-memory store; it does not close the
-// Redis client, which the caller owns.
+// Close stops FailLocal's in-memory store; the caller owns and closes the client.
 func (r *RedisStore) Close() error {
 	if r.local != nil {
 		return r.local.Close()
@@ -179,8 +136,7 @@ func (r *RedisStore) Close() error {
 	return nil
 }
 
-// Degraded returns how many operations were served by the failure policy
-// (FailOpen or FailLocal) instead of Redis.
+// Degraded returns how many operations the failure policy served instead of Redis.
 func (r *RedisStore) Degraded() uint64 { return r.degraded.Load() }
 
 func (r *RedisStore) bind(d *dim) error {

@@ -42,7 +42,7 @@ func TestRedisDataErrorFailsThatCallAlone(t *testing.T) {
 			c = cluster
 		}
 		name := fmt.Sprintf("data-%d-%d", policy.kind, i)
-		store := NewRedisStore(c, WithFailurePolicy(policy), WithTimeout(slowMachine))
+		store := NewRedisStore(c, WithFailurePolicy(policy), WithRedisTimeout(slowMachine))
 		t.Cleanup(func() { _ = store.Close() })
 		one, err := New(store, PerSecond(10), WithName(name))
 		if err != nil {
@@ -108,7 +108,7 @@ func TestRedisDataErrorFailsThatCallAlone(t *testing.T) {
 func TestRedisPauseNeverOverwritesForeignData(t *testing.T) {
 	t.Parallel()
 	srv, c := redisClient(t)
-	s, err := New(NewRedisStore(srv.Client(), WithTimeout(slowMachine), WithFailurePolicy(FailOpen)), PerSecond(10), WithName("pause-foreign"))
+	s, err := New(NewRedisStore(srv.Client(), WithRedisTimeout(slowMachine), WithFailurePolicy(FailOpen)), PerSecond(10), WithName("pause-foreign"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestRedisConfigErrorsAreNeverServedByThePolicy(t *testing.T) {
 func TestRedisCostsAreCheckedBeforeTheRoundTrip(t *testing.T) {
 	t.Parallel()
 	srv, c := redisClient(t)
-	store := NewRedisStore(srv.Client(), WithTimeout(slowMachine))
+	store := NewRedisStore(srv.Client(), WithRedisTimeout(slowMachine))
 	for _, alg := range []Algorithm{LeakyBucket, GCRA, TokenBucket, FixedWindow, SlidingWindow, SlidingWindowLog, Quota(Daily(0))} {
 		rate := PerSecond(3)
 		if alg == LeakyBucket {
@@ -228,7 +228,7 @@ func TestRedisCostsAreCheckedBeforeTheRoundTrip(t *testing.T) {
 func TestLeakyBucketCostAtExactlyMaxQueue(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
-	for _, store := range []Store{NewMemoryStore(WithSweepInterval(0)), NewRedisStore(c, WithTimeout(slowMachine))} {
+	for _, store := range []Store{NewMemoryStore(WithSweepInterval(0)), NewRedisStore(c, WithRedisTimeout(slowMachine))} {
 		s, err := New(store, PerSecond(7), WithName("exact"), WithMaxQueue(30*time.Second), WithClock(newFakeAt(t0)))
 		if err != nil {
 			t.Fatal(err)
@@ -360,7 +360,7 @@ func TestRedisPolicyServesCallersWithinTheirDeadlines(t *testing.T) {
 	var shapers []*Shaper
 	var stores []*RedisStore
 	for _, p := range []FailurePolicy{FailOpen, FailLocal(1)} {
-		store := NewRedisStore(srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }), WithFailurePolicy(p), WithTimeout(5*time.Second))
+		store := NewRedisStore(srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }), WithFailurePolicy(p), WithRedisTimeout(5*time.Second))
 		t.Cleanup(func() { _ = store.Close() })
 		s, err := New(store, PerSecond(1000), WithName("deadline"))
 		if err != nil {
@@ -395,7 +395,7 @@ func TestRedisPolicyServesCallersWithinTheirDeadlines(t *testing.T) {
 func TestRedisDelayCountsFromTheReply(t *testing.T) {
 	t.Parallel()
 	srv, c := stallable(t)
-	s, err := New(NewRedisStore(c, WithTimeout(slowMachine)), PerSecond(1), WithName("anchor"))
+	s, err := New(NewRedisStore(c, WithRedisTimeout(slowMachine)), PerSecond(1), WithName("anchor"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func TestRedisDelayCountsFromTheReply(t *testing.T) {
 // (a full -race run showed 109 where the test alone showed 101-102).
 func TestRedisDeparturesStayInsideTheContractThroughAStall(t *testing.T) {
 	srv, c := stallable(t)
-	s, err := New(NewRedisStore(c, WithTimeout(slowMachine)), PerSecond(100), WithName("stall"), WithMaxQueue(time.Minute))
+	s, err := New(NewRedisStore(c, WithRedisTimeout(slowMachine)), PerSecond(100), WithName("stall"), WithMaxQueue(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +467,7 @@ func TestRedisKeysOfDifferentUsersNeverCollide(t *testing.T) {
 	_, single := redisClient(t)
 	cluster := redistest.StartCluster(t).Client(t)
 	for _, client := range []redis.UniversalClient{single, cluster} {
-		s, err := All(NewRedisStore(client, WithTimeout(slowMachine)), []Dimension{
+		s, err := All(NewRedisStore(client, WithRedisTimeout(slowMachine)), []Dimension{
 			{Name: "account", Rate: PerSecond(1000).WithBurst(1000), Key: func(string) string { return "acct" }},
 			{Name: "user", Rate: PerMinute(1)},
 		}, WithName("collide"), WithMaxQueue(time.Minute))
@@ -497,7 +497,7 @@ func failLocalShaper(t *testing.T, name string) (*redistest.Server, *Shaper) {
 	t.Helper()
 	srv, _ := redisClient(t)
 	store := NewRedisStore(srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }),
-		WithFailurePolicy(FailLocal(1)), WithTimeout(time.Second))
+		WithFailurePolicy(FailLocal(1)), WithRedisTimeout(time.Second))
 	t.Cleanup(func() { _ = store.Close() })
 	s, err := New(store, PerSecond(1), WithName(name), WithMaxQueue(time.Minute))
 	if err != nil {

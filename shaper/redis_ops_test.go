@@ -29,7 +29,7 @@ func TestRedisAtomicityAcrossClients(t *testing.T) {
 		}
 		var shapers []*Shaper
 		for range clients {
-			s, err := New(NewRedisStore(srv.Client(), WithTimeout(slowMachine)), rate, WithAlgorithm(alg), WithName("atomic-"+alg.String()), WithMaxQueue(time.Minute))
+			s, err := New(NewRedisStore(srv.Client(), WithRedisTimeout(slowMachine)), rate, WithAlgorithm(alg), WithName("atomic-"+alg.String()), WithMaxQueue(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +97,7 @@ func scriptCalls(t *testing.T, c *redis.Client) (evalshaN, evalN int) {
 func TestRedisOneRoundTripAndScriptFlush(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
-	s, err := New(NewRedisStore(c, WithTimeout(slowMachine)), PerSecond(1000), WithMaxQueue(time.Minute))
+	s, err := New(NewRedisStore(c, WithRedisTimeout(slowMachine)), PerSecond(1000), WithMaxQueue(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +157,11 @@ func TestRedisServerClockSharedAcrossSkewedHosts(t *testing.T) {
 	ahead, behind := timer.NewFake(time.Now().Add(2*time.Second)), timer.NewFake(time.Now().Add(-2*time.Second))
 	// 10/s: 40 reservations queue 4 s ahead, so the key never goes idle
 	// between calls however slowly the test runs.
-	a, err := New(NewRedisStore(srv.Client(), WithTimeout(slowMachine)), PerSecond(10), WithClock(ahead), WithName("skew"))
+	a, err := New(NewRedisStore(srv.Client(), WithRedisTimeout(slowMachine)), PerSecond(10), WithClock(ahead), WithName("skew"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(NewRedisStore(srv.Client(), WithTimeout(slowMachine)), PerSecond(10), WithClock(behind), WithName("skew"))
+	b, err := New(NewRedisStore(srv.Client(), WithRedisTimeout(slowMachine)), PerSecond(10), WithClock(behind), WithName("skew"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestRedisFailurePolicies(t *testing.T) {
 		return srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 })
 	}
 	newShaper := func(p FailurePolicy) (*Shaper, *RedisStore) {
-		store := NewRedisStore(client(), WithTimeout(100*time.Millisecond), WithFailurePolicy(p))
+		store := NewRedisStore(client(), WithRedisTimeout(100*time.Millisecond), WithFailurePolicy(p))
 		t.Cleanup(func() { _ = store.Close() })
 		s, err := New(store, PerSecond(10), WithName("fail"), WithMaxQueue(10*time.Second))
 		if err != nil {
@@ -275,7 +275,7 @@ func TestRedisFailurePolicies(t *testing.T) {
 // store error, and the store does not count Redis as down for it.
 func TestRedisCallerContextErrorsAreUnchanged(t *testing.T) {
 	srv, _ := redisClient(t)
-	store := NewRedisStore(srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }), WithTimeout(5*time.Second))
+	store := NewRedisStore(srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }), WithRedisTimeout(5*time.Second))
 	s, err := New(store, PerSecond(10), WithName("ctx"))
 	if err != nil {
 		t.Fatal(err)

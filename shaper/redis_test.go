@@ -131,7 +131,7 @@ func conformance(t *testing.T, client redis.UniversalClient) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs, err := sc.make(NewRedisStore(client, WithClientClock(), WithTimeout(5*time.Second)), redisClock, prefix)
+		rs, err := sc.make(NewRedisStore(client, WithClientClock(), WithRedisTimeout(5*time.Second)), redisClock, prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +264,7 @@ func TestEdgeInputsAreTheSameOnEveryStore(t *testing.T) {
 		want := edgeRun(ms, memClock)
 		for _, client := range []redis.UniversalClient{single, cluster} {
 			clock := timer.NewFake(t0)
-			rs, err := sc.make(NewRedisStore(client, WithClientClock(), WithTimeout(slowMachine)), clock, prefix)
+			rs, err := sc.make(NewRedisStore(client, WithClientClock(), WithRedisTimeout(slowMachine)), clock, prefix)
 			if err != nil {
 				t.Fatal(err)
 			}

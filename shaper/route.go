@@ -5,16 +5,10 @@ import (
 	"time"
 )
 
-// Route returns a Reserver that sends each call to the Reserver that pick
-// returns for its key: keys with different contracts (a shaper per partner
-// host, per tenant tier) behind the one Reserver that a transport, a queue or
-// otel.Wrap takes. pick is called on every call, so it should be a map lookup
-// or a switch, and must be safe for concurrent use. A key it returns nil for
-// (a nil Reserver, or a nil *Shaper from a map lookup that missed) fails with
-// a *KeyError (errors.Is ErrInvalidKey), and nothing is reserved.
-//
-// Each Reserver keeps its own budget: two keys routed to one Shaper share its
-// contract per key as that Shaper does, never across Reservers.
+// Route returns a Reserver that sends each call to the Reserver pick returns
+// for its key (a shaper per partner host, say), behind one transport or
+// queue. pick runs on every call and must be safe for concurrent use; a key
+// it maps to nil fails with a *KeyError and reserves nothing.
 func Route(pick func(key string) Reserver) Reserver {
 	return &router{pick: pick}
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/throttlekit/throttlekit-go/internal/trace"
 )
 
-// Reserver is what the transport, the queue and the OpenTelemetry wrapper
-// accept: a *Shaper, or anything that decorates one.
+// Reserver is what the transport, the queue and otel.Wrap accept: a *Shaper,
+// or anything that decorates one.
 type Reserver interface {
 	Reserve(ctx context.Context, key string, cost int64) (Reservation, error)
 	Wait(ctx context.Context, key string, cost int64) error
@@ -25,39 +25,25 @@ type Reserver interface {
 
 // Dimension is one contract of a multi-dimension shaper (see All).
 type Dimension struct {
-	// Name identifies the dimension in its keys, errors and metrics ("requests",
-	// "tokens"). Names must be unique within a shaper.
-	Name string
-	// Rate is the dimension's contract.
+	Name string // unique within a shaper; names the dimension in keys, errors and metrics
 	Rate Rate
-	// Key maps the caller's key to this dimension's key (nil: the same key).
-	// Two user keys that map to one dimension key share that dimension's
-	// budget: an account-wide limit over per-user keys, say.
+	// Key maps the caller's key to this dimension's (nil: the same key); keys
+	// mapping to one dimension key share its budget (an account over users).
 	Key func(key string) string
-	// Cost maps the caller's cost to this dimension's units (nil: the same
-	// cost). A mapped cost of 0 leaves the dimension out of that request.
+	// Cost maps the caller's cost to this dimension's units (nil: the same);
+	// a mapped cost of 0 leaves the dimension out of that request.
 	Cost func(cost int64) int64
-	// Slot marks the broadest dimension: the one whose key every other
-	// dimension's key determines (the account, over users). On Redis all
-	// the keys of one reservation live in the cluster hash slot of this
-	// dimension's key, so that one script can update them atomically. When
-	// no dimension is marked, the slot dimension is the one with a Key
-	// mapping, or the caller's key when no dimension maps it; All refuses
-	// two dimensions with Key mappings unless one is marked, because which
-	// one is broadest cannot be told from the functions. The order of the
-	// dimensions never matters.
+	// Slot marks the broadest dimension, whose key every other dimension's
+	// key determines: on Redis every key of a reservation lives in its key's
+	// cluster slot. Unmarked, it is the one dimension with a Key mapping (or
+	// the caller's key when none maps); All refuses two mappings unmarked.
 	Slot bool
 }
 
-// Shaper paces requests per key against a contract. Every request reserves a
-// departure slot: Reserve tells the caller when to leave without sleeping,
-// Wait sleeps until then, Allow admits only what may leave at once. Requests
-// whose wait would exceed MaxQueue are refused at once with a
-// *QueueFullError, and nothing is consumed.
-//
-// Most callers want Wait. A Shaper is safe for concurrent use; its state lives
-// in its Store, so shapers in many processes that share a Redis store share one
-// budget per key.
+// Shaper paces requests per key against a contract: every request reserves a
+// departure slot. Its state lives in its Store, so shapers in many processes
+// sharing a Redis store share one budget per key. It is safe for concurrent
+// use.
 type Shaper struct {
 	cfg    config
 	store  Store
@@ -120,24 +106,21 @@ func (d *dim) setKernels() {
 	}
 }
 
-// New returns a shaper of one contract over store. The default algorithm is
-// the leaky bucket with MaxQueue DefaultMaxQueue; see the Options.
+// New returns a shaper of one contract over store: by default the leaky
+// bucket, with MaxQueue DefaultMaxQueue.
 func New(store Store, rate Rate, opts ...Option) (*Shaper, error) {
 	return newShaper(store, []Dimension{{Rate: rate}}, opts)
 }
 
 // All returns a shaper of several contracts at once: a request departs at the
-// earliest instant at which every dimension allows it, and consumes in every
-// dimension or in none. The algorithm (WithAlgorithm) applies to every
-// dimension. Example: an LLM API allowing 3,500 requests and 90,000 tokens per
-// minute per account is
+// earliest instant every dimension allows, and consumes in all or in none;
+// the order of dims never matters. An LLM API's 3,500 requests and 90,000
+// tokens per minute, reserving each call's tokens as its cost:
 //
 //	shaper.All(store, []shaper.Dimension{
 //		{Name: "requests", Rate: shaper.PerMinute(3500), Cost: func(int64) int64 { return 1 }},
 //		{Name: "tokens", Rate: shaper.PerMinute(90000).WithBurst(90000)},
 //	})
-//
-// and each call reserves with its token count as the cost.
 func All(store Store, dims []Dimension, opts ...Option) (*Shaper, error) {
 	if len(dims) == 0 {
 		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimensions", Value: 0, Reason: "need at least one"}
@@ -236,7 +219,7 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 	return s, nil
 }
 
-// Name returns the name given with WithName ("" for a nil *Shaper).
+// Name returns the name given with WithName.
 func (s *Shaper) Name() string {
 	if s == nil {
 		return ""
@@ -244,7 +227,7 @@ func (s *Shaper) Name() string {
 	return s.cfg.name
 }
 
-// MaxQueue returns the longest wait the shaper grants (0 for a nil *Shaper).
+// MaxQueue returns the longest wait the shaper grants.
 func (s *Shaper) MaxQueue() time.Duration {
 	if s == nil {
 		return 0
@@ -257,9 +240,8 @@ func (s *Shaper) MaxQueue() time.Duration {
 // call with a *ConfigError instead of panicking.
 var errNilShaper = &ConfigError{Algorithm: "shaper", Field: "Shaper", Value: nil, Reason: "method called on a nil *Shaper (use New or All)"}
 
-// Reservation is a departure slot granted by Reserve. The caller should
-// depart after Delay (at Time()); if it will not, Cancel gives the slot back
-// when nothing reserved later depends on it.
+// Reservation is a departure slot granted by Reserve: depart at Time(), or
+// Cancel.
 type Reservation struct {
 	// Delay is how long to wait before departing; 0 means at once.
 	Delay time.Duration
@@ -275,13 +257,11 @@ type Reservation struct {
 	done  bool
 }
 
-// Time returns the departure instant on the shaper's clock (see Clock).
+// Time returns the departure instant, on Clock.
 func (r *Reservation) Time() time.Time { return r.now.Add(r.Delay) }
 
-// Clock returns the clock of the shaper that granted r, on which Time is an
-// instant: code that schedules reservations (a queue, say) waits for Time on
-// it, so that it runs on a test's fake clock as the shaper does. The zero
-// Reservation returns the system clock.
+// Clock returns the clock of the shaper that granted r (the system clock for
+// the zero Reservation), so that a scheduler waits for Time on it.
 func (r *Reservation) Clock() Clock {
 	if r.s == nil {
 		return timer.Real()
@@ -289,14 +269,10 @@ func (r *Reservation) Clock() Clock {
 	return r.s.cfg.clock
 }
 
-// Cancel gives the slot back if its time has not passed and the key's
-// schedule still ends with this reservation (nothing reserved after it
-// depends on it); otherwise it does nothing, so the contract is never
-// exceeded. Once the slot's time has passed the caller may have departed,
-// and nothing is refunded (as x/time/rate). Only the leaky bucket and GCRA
-// can refund; for the other algorithms Cancel does nothing. A reservation
-// refunds at most once, however many copies of it are cancelled; cancelling
-// the zero Reservation does nothing.
+// Cancel gives the slot back if its time has not come and nothing reserved
+// after it depends on it (the key's schedule ends with it); otherwise it does
+// nothing, so the contract is never exceeded. It refunds at most once; only
+// the leaky bucket and GCRA refund.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	if r.s == nil || r.done {
 		return nil
@@ -510,13 +486,9 @@ func (s *Shaper) queueFull(key string, retryAfter time.Duration, binding string)
 	return &QueueFullError{Key: key, Dimension: binding, Delay: retryAfter + maxQueue, MaxQueue: maxQueue}
 }
 
-// Reserve reserves a departure slot for cost units on key and returns at once.
-// With the leaky bucket the Reservation's Delay says how long to wait; a wait
-// beyond MaxQueue is refused with a *QueueFullError and consumes nothing. The
-// other algorithms never queue: Reserve admits (Delay 0) or refuses with a
-// *QueueFullError whose Delay is the time until the request would be admitted.
-//
-// A ctx that is already done returns ctx.Err() and consumes nothing.
+// Reserve reserves a slot for cost units on key and returns at once. With the
+// leaky bucket, Delay says how long to wait; the other algorithms admit (Delay
+// 0) or refuse. A refusal is a *QueueFullError and consumes nothing.
 func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservation, error) {
 	if s == nil {
 		return Reservation{}, errNilShaper
@@ -542,8 +514,7 @@ func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservati
 	return o.res, nil
 }
 
-// Allow reports whether cost units on key may depart now, and consumes them if
-// so. It never waits and never queues, whatever the algorithm.
+// Allow admits cost units on key only if they may depart now; it never waits.
 func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error) {
 	if s == nil {
 		return false, errNilShaper
@@ -560,23 +531,12 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 	return o.dec.Allowed, nil
 }
 
-// Wait reserves cost units on key and sleeps until their departure slot.
-//
-//   - If the slot would fall after ctx's deadline, Wait gives the slot back and
-//     fails at once with a *DeadlineError, which matches
-//     context.DeadlineExceeded; nothing is consumed.
-//   - If ctx ends while sleeping, Wait gives the slot back (see
-//     Reservation.Cancel) and returns ctx.Err() unchanged.
-//   - A wait beyond MaxQueue fails at once with a *QueueFullError.
-//   - If the key was paused while Wait slept (another process saw the
-//     partner's Retry-After, say), the slot is lost with the pause: Wait
-//     reserves a new one, which falls after the pause, and sleeps on. So no
-//     request departs inside a pause, and those held by it leave paced after
-//     it. This costs one read per request that waited.
-//
-// Algorithms other than the leaky bucket cannot hold a slot: Wait sleeps until
-// the request would be admitted, with a little jitter so that waiters do not
-// stampede, and tries again, for at most MaxQueue in all.
+// Wait reserves cost units on key and sleeps until their slot. A slot past
+// ctx's deadline is given back at once with a *DeadlineError; if ctx ends
+// while sleeping, the slot is given back and ctx.Err() returned. A request
+// whose key is paused while it sleeps takes a new slot after the pause. For
+// algorithms other than the leaky bucket, Wait sleeps until the request
+// would be admitted and retries, for at most MaxQueue.
 func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
 	if s == nil {
 		return errNilShaper
@@ -711,8 +671,7 @@ func (s *Shaper) sleepUntil(ctx context.Context, t time.Time) error {
 	return timer.SleepUntil(ctx, s.cfg.clock, t)
 }
 
-// Reset forgets key: its next request is treated as the first. In a
-// multi-dimension shaper it forgets the key in every dimension.
+// Reset forgets key, in every dimension.
 func (s *Shaper) Reset(ctx context.Context, key string) error {
 	if s == nil {
 		return errNilShaper
@@ -730,18 +689,13 @@ func (s *Shaper) Reset(ctx context.Context, key string) error {
 	return err
 }
 
-// MaxPause is the longest pause accepted: a year.
+// MaxPause is the longest pause accepted.
 const MaxPause = 366 * 24 * time.Hour
 
-// Pause stops key for d: no request reserved from now on departs before
-// now+d, and requests asleep in Wait hold for it when their slot comes (a
-// slot handed out by Reserve keeps its time). Pausing again extends, never
-// shortens. Nothing is consumed while paused; afterwards the key's contract
-// applies as usual. In a multi-dimension shaper every dimension's key is
-// paused, so an account-wide dimension pauses every key that maps to it. This
-// is how a partner's 429 with Retry-After reaches every process sharing the
-// store. A d <= 0 does nothing; a d above MaxPause is refused with a
-// *ConfigError.
+// Pause holds key for d: nothing reserved from now departs before now+d, and
+// waiters take new slots after it. Pausing again extends, never shortens; d
+// <= 0 does nothing. Every dimension's key is paused, so the whole fleet
+// sharing the store stops (a partner's Retry-After).
 func (s *Shaper) Pause(ctx context.Context, key string, d time.Duration) error {
 	if s == nil {
 		return errNilShaper

@@ -7,13 +7,10 @@ import (
 	"github.com/throttlekit/throttlekit-go/internal/gcra"
 )
 
-// Store keeps the per-key state of shapers: [NewMemoryStore] for one process,
-// [NewRedisStore] for a fleet sharing one budget. One store may
-// serve many shapers; each keeps its keys under its own prefix.
-//
-// Store's methods are unexported: the stores of this package are its only
-// implementations, so that every one of them keeps the atomicity and the
-// semantics the shaper relies on.
+// Store keeps shapers' per-key state: NewMemoryStore for one process,
+// NewRedisStore for a fleet. One store serves many shapers, each under its
+// own prefix. Its methods are unexported: this package's stores are its only
+// implementations.
 type Store interface {
 	// bind registers one dimension of a shaper with the store.
 	bind(d *dim) error

@@ -83,7 +83,7 @@ func worker(id string, c config, url string) error {
 	// A call that cannot reach Redis within a second fails (the default
 	// policy is FailClosed); the default 250 ms is tighter than a loaded
 	// laptop running the whole fleet needs.
-	store := shaper.NewRedisStore(client, shaper.WithTimeout(time.Second))
+	store := shaper.NewRedisStore(client, shaper.WithRedisTimeout(time.Second))
 	defer store.Close()
 	s, err := shaper.New(store, shaper.PerSecond(int64(c.rate)), shaper.WithName("fleet-demo"))
 	if err != nil {
