@@ -297,17 +297,21 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	return err
 }
 
-// outcome is one decision as decide returns it.
-type outcome struct {
-	now     time.Time // the clock reading the decision was made at
-	dec     algorithms.Decision
-	binding string // the dimension that bound a refusal, "pause" or ""
-	res     Reservation
-}
+// nothingToLimit is the request of a multi-dimension shaper whose every
+// dimension a request's costs left out: admitted, with nothing to refund.
+var nothingToLimit = &multi{}
 
-// simple reports whether s has the single-key fast path: one dimension, with
-// no key or cost mapping.
-func (s *Shaper) simple() bool { return s.single }
+// binding names the dimension that bound m's decision: "pause" for a
+// pause, "" for a shaper of one contract.
+func binding(m *multi) string {
+	switch {
+	case m == nil || m == nothingToLimit:
+		return ""
+	case m.dec.Binding < 0:
+		return "pause"
+	}
+	return m.dims[m.dec.Binding].name
+}
 
 // check validates what every method is given and reads the clock once.
 func (s *Shaper) check(ctx context.Context, key string, cost int64) (time.Time, error) {
@@ -344,27 +348,6 @@ func nameCost(err error, d *dim, key string) error {
 	return err
 }
 
-// one runs one transition on the single-key fast path, writing the decision
-// to *dec (the caller's: a Decision is not copied through the calls). It
-// returns what the Reservation needs besides the decision, as scalars that
-// travel in registers: the instant the delay counts from, the tag, the
-// generation and whether a failure policy granted the slot. allow chooses
-// the non-waiting transition. It never sleeps.
-func (s *Shaper) one(ctx context.Context, key string, cost int64, allow bool, dec *algorithms.Decision) (now time.Time, tag float64, gen uint32, local bool, err error) {
-	if now, err = s.check(ctx, key, cost); err != nil {
-		return now, 0, 0, false, err
-	}
-	ms := algorithms.Millis(now)
-	if !trace.On() { // programs that never trace: no timer, no context lookup
-		tag, gen, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
-	} else {
-		st := startStore(ctx)
-		tag, gen, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
-		st.done("reserve", err)
-	}
-	return s.anchor(now, local), tag, gen, local, err
-}
-
 // anchor returns the instant a decision asked for at now counts its delay
 // from: now itself when the store decided on the shaper's clock at now; a
 // clock reading taken after the answer when it decided on another clock
@@ -377,7 +360,7 @@ func (s *Shaper) anchor(now time.Time, local bool) time.Time {
 	return now
 }
 
-// reserveOne is one's store call. On a MemoryStore the GCRA family goes
+// reserveOne is the single-key branch's store call. On a MemoryStore the GCRA family goes
 // through concrete calls (mem.reserveTAT), which check the cost themselves;
 // every other store through the Store interface, after the cost is checked.
 func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms float64, dec *algorithms.Decision) (tag float64, gen uint32, local bool, err error) {
@@ -398,25 +381,42 @@ func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost in
 	return tag, gen, local, err
 }
 
-// decide runs one transition for key and cost at the clock's now, on either
-// path. It never sleeps.
-func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool) (outcome, error) {
-	if s.simple() {
-		var dec algorithms.Decision
-		now, tag, gen, local, err := s.one(ctx, key, cost, allow, &dec)
-		if err != nil || !dec.Allowed {
-			return outcome{now: now, dec: dec}, err
+// decide runs one transition for key and cost at the clock's now, writing
+// the decision to *dec (the caller's zero Decision). It is the one path of
+// Reserve, Allow and Wait, on every store; it never sleeps. It returns what
+// a Reservation holds besides the decision, as scalars that travel in
+// registers (a struct of them is copied through the stack): the instant the
+// delay counts from, the single-key branch's tag and generation (see
+// Cancel), whether a failure policy granted the slot, and the
+// multi-dimension request (nothingToLimit when every dimension was left
+// out).
+func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool, dec *algorithms.Decision) (now time.Time, tag float64, gen uint32, local bool, m *multi, err error) {
+	if now, err = s.check(ctx, key, cost); err != nil {
+		return now, 0, 0, false, nil, err
+	}
+	ms := algorithms.Millis(now)
+	if !s.single {
+		m, err = s.decideMulti(ctx, key, cost, allow, ms, dec)
+		if m != nil {
+			local = m.local
 		}
-		return outcome{now: now, dec: dec, res: Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag, gen: gen, local: local}}, nil
+		return s.anchor(now, local), 0, 0, local, m, err
 	}
-	now, err := s.check(ctx, key, cost)
-	if err != nil {
-		return outcome{}, err
+	// The single-key branch: one contract, no mappings; on a memory store
+	// it calls the GCRA kernel directly (reserveOne).
+	if !trace.On() { // programs that never trace: no timer, no context lookup
+		tag, gen, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
+	} else {
+		st := startStore(ctx)
+		tag, gen, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
+		st.done("reserve", err)
 	}
-	return s.decideMulti(ctx, key, cost, allow, now, algorithms.Millis(now))
+	return s.anchor(now, local), tag, gen, local, nil, err
 }
 
-func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow bool, now time.Time, ms float64) (outcome, error) {
+// decideMulti is decide for every other shaper: each dimension's key and
+// cost mapped, then one transition over all of them in the store.
+func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow bool, ms float64, dec *algorithms.Decision) (*multi, error) {
 	req := newMulti(len(s.dims), ms, s.slotOf(key))
 	for _, d := range s.dims {
 		c, k := cost, key
@@ -425,13 +425,13 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 				continue
 			}
 			if c < 0 {
-				return outcome{}, &CostError{Algorithm: d.alg.Name(), Cost: c, Key: key, Dimension: d.name, Reason: fmt.Sprintf("the dimension's Cost mapped cost %d to a negative cost", cost)}
+				return nil, &CostError{Algorithm: d.alg.Name(), Cost: c, Key: key, Dimension: d.name, Reason: fmt.Sprintf("the dimension's Cost mapped cost %d to a negative cost", cost)}
 			}
 		}
 		if d.key != nil {
 			k = d.key(key)
 			if err := checkKey(k); err != nil {
-				return outcome{}, err
+				return nil, err
 			}
 		}
 		alg := d.alg
@@ -439,7 +439,7 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 			alg = d.allow
 		}
 		if err := validCost(d, alg, k, c); err != nil {
-			return outcome{}, err
+			return nil, err
 		}
 		req.dims = append(req.dims, d)
 		req.algs = append(req.algs, alg)
@@ -447,25 +447,17 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 		req.costs = append(req.costs, c)
 	}
 	if len(req.dims) == 0 { // every dimension left out: nothing to limit
-		return outcome{now: now, dec: algorithms.Decision{Allowed: true}, res: Reservation{s: s, now: now, key: key, cost: cost, done: true}}, nil
+		dec.Allowed = true
+		return nothingToLimit, nil
 	}
 	st := startStore(ctx)
 	err := s.store.reserveAll(ctx, req)
 	st.done("reserve", err)
 	if err != nil {
-		return outcome{}, err
+		return nil, err
 	}
-	now = s.anchor(now, req.local)
-	o := outcome{now: now, dec: req.dec.Decision}
-	if b := req.dec.Binding; b < 0 {
-		o.binding = "pause"
-	} else {
-		o.binding = req.dims[b].name
-	}
-	if o.dec.Allowed {
-		o.res = Reservation{Delay: o.dec.Delay, s: s, now: now, key: key, cost: cost, m: req}
-	}
-	return o, nil
+	*dec = req.dec.Decision
+	return req, nil
 }
 
 func checkKey(key string) error {
@@ -493,25 +485,16 @@ func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservati
 	if s == nil {
 		return Reservation{}, errNilShaper
 	}
-	if s.simple() { // the hot path: the decision written once, the Reservation built in place
-		var dec algorithms.Decision
-		now, tag, gen, local, err := s.one(ctx, key, cost, false, &dec)
-		if err != nil {
-			return Reservation{}, err
-		}
-		if !dec.Allowed {
-			return Reservation{}, s.queueFull(key, dec.RetryAfter, "")
-		}
-		return Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag, gen: gen, local: local}, nil
-	}
-	o, err := s.decide(ctx, key, cost, false)
+	var dec algorithms.Decision
+	now, tag, gen, local, m, err := s.decide(ctx, key, cost, false, &dec)
 	if err != nil {
 		return Reservation{}, err
 	}
-	if !o.dec.Allowed {
-		return Reservation{}, s.queueFull(key, o.dec.RetryAfter, o.binding)
+	if !dec.Allowed {
+		return Reservation{}, s.queueFull(key, dec.RetryAfter, binding(m))
 	}
-	return o.res, nil
+	// Built in place: the hot path copies no Reservation.
+	return Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
 }
 
 // Allow admits cost units on key only if they may depart now; it never waits.
@@ -519,16 +502,9 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 	if s == nil {
 		return false, errNilShaper
 	}
-	if s.simple() {
-		var dec algorithms.Decision
-		_, _, _, _, err := s.one(ctx, key, cost, true, &dec)
-		return dec.Allowed && err == nil, err
-	}
-	o, err := s.decide(ctx, key, cost, true)
-	if err != nil {
-		return false, err
-	}
-	return o.dec.Allowed, nil
+	var dec algorithms.Decision
+	_, _, _, _, _, err := s.decide(ctx, key, cost, true, &dec)
+	return err == nil && dec.Allowed, err
 }
 
 // Wait reserves cost units on key and sleeps until their slot. A slot past
@@ -636,21 +612,22 @@ func (s *Shaper) sleepReserved(ctx context.Context, key string, r Reservation) e
 func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) error {
 	start := s.cfg.clock.Now()
 	for {
-		o, err := s.decide(ctx, key, cost, false)
+		var dec algorithms.Decision
+		now, _, _, _, m, err := s.decide(ctx, key, cost, false, &dec)
 		if err != nil {
 			return err
 		}
-		if o.dec.Allowed {
+		if dec.Allowed {
 			return nil
 		}
-		retry := o.dec.RetryAfter
-		if waited := o.now.Sub(start); waited+retry > s.cfg.maxQueue {
-			return &QueueFullError{Key: key, Dimension: o.binding, Delay: waited + retry, MaxQueue: s.cfg.maxQueue}
+		retry := dec.RetryAfter
+		if waited := now.Sub(start); waited+retry > s.cfg.maxQueue {
+			return &QueueFullError{Key: key, Dimension: binding(m), Delay: waited + retry, MaxQueue: s.cfg.maxQueue}
 		}
 		if dl, ok := ctx.Deadline(); ok && retry > time.Until(dl) {
 			return &DeadlineError{Key: key, Delay: retry, Deadline: dl}
 		}
-		if err := s.sleepUntil(ctx, o.now.Add(retry+jitter(retry))); err != nil {
+		if err := s.sleepUntil(ctx, now.Add(retry+jitter(retry))); err != nil {
 			return err
 		}
 	}
