@@ -363,23 +363,24 @@ func (m *MemoryStore) enter(ns uint32, key string, now float64) (*memShard, *mem
 	return sh, m.space(sh, ns)
 }
 
-func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, uint32, bool, error) {
-	if k := kernelOf(alg); k != nil {
-		var dec algorithms.Decision
-		tag, gen, err := m.reserveTAT(d, k, key, cost, now, &dec)
-		return dec, tag, gen, false, err
-	}
+// reserve runs one transition on one key of a shaper of one contract, for
+// an admissible cost, writing the decision to *dec (the caller's zero
+// Decision): a concrete call, so that dec stays on the caller's stack. The
+// leaky bucket and GCRA go to reserveTAT instead. It returns the
+// reservation's tag.
+func (m *MemoryStore) reserve(d *dim, alg algorithms.Algorithm, key string, cost int64, now float64, dec *algorithms.Decision) (float64, uint32, error) {
 	sh, sp := m.enter(d.memID, key, now)
 	defer sh.mu.Unlock()
 	st, exists := sp.states[key]
-	next, dec, err := algorithms.ReserveNotBefore(alg, st, now, sp.floor(key, now), cost)
-	if err != nil || !dec.Allowed {
-		return dec, 0, 0, false, err
+	next, res, err := algorithms.ReserveNotBefore(alg, st, now, sp.floor(key, now), cost)
+	if err != nil || !res.Allowed {
+		*dec = res
+		return 0, 0, err
 	}
 	switch {
 	case !exists:
 		if !m.claim(sh, now) {
-			return algorithms.Decision{}, 0, 0, false, ErrStoreFull
+			return 0, 0, ErrStoreFull
 		}
 		k := strings.Clone(key)
 		sp.states[k] = next
@@ -387,15 +388,15 @@ func (m *MemoryStore) reserve(_ context.Context, d *dim, alg algorithms.Algorith
 	case len(next) != len(st) || &next[0] != &st[0]:
 		sp.states[key] = next
 	}
-	return dec, next[0], 0, false, nil
+	*dec = res
+	return next[0], 0, nil
 }
 
 // reserveTAT is reserve for the GCRA family (k is the kernel of d's leaky
 // bucket or of its Allow form), whose keys hold a bare TAT: the kernel's
-// transition called directly, one lookup and one store, and the decision
-// written once, to *dec (which must be the zero Decision). The Shaper calls it directly on its hot path; the
-// cost must be admissible (the caller checked it). It returns the stored
-// TAT and the generation (see grant): the reservation's tag.
+// transition, one lookup and one store, and the decision written once, to
+// *dec (the zero Decision). It returns the stored TAT and the generation
+// (see grant): the reservation's tag.
 func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64, now float64, dec *algorithms.Decision) (float64, uint32, error) {
 	sh, sp := m.enter(d.memID, key, now)
 	defer sh.mu.Unlock()

@@ -377,22 +377,6 @@ func (r *RedisStore) degrade(ctx context.Context, op string) {
 	traceDegraded(ctx, op)
 }
 
-func (r *RedisStore) reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (algorithms.Decision, float64, uint32, bool, error) {
-	req := newMulti(1, now, key)
-	req.dims, req.algs, req.keys, req.costs = append(req.dims, d), append(req.algs, alg), append(req.keys, key), append(req.costs, cost)
-	if err := r.reserveAll(ctx, req); err != nil {
-		return algorithms.Decision{}, 0, 0, false, err
-	}
-	tag, gen := 0.0, uint32(0)
-	if len(req.tags) > 0 {
-		tag = req.tags[0]
-	}
-	if len(req.gens) > 0 { // a local slot's generation
-		gen = req.gens[0]
-	}
-	return req.dec.Decision, tag, gen, req.local, nil
-}
-
 func (r *RedisStore) reserveAll(ctx context.Context, req *multi) error {
 	try, probe := r.health.admit()
 	if !try {

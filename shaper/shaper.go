@@ -50,9 +50,9 @@ type Shaper struct {
 	dims   []*dim
 	queues bool // the leaky bucket: Reserve grants delays
 
-	// The hot path: one dimension of the GCRA family on a MemoryStore is
-	// served by concrete calls (mem.reserveTAT), with no interface dispatch
-	// and the decision written once.
+	// mem is the store when it is a MemoryStore: the single-key branch
+	// calls it concretely (no interface dispatch, the Decision on the
+	// caller's stack).
 	mem *MemoryStore
 	// remote: the store decides on another clock (a RedisStore on Redis
 	// TIME) and answers after a round trip, so a reservation's delay counts
@@ -213,9 +213,7 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 	if rs, ok := store.(*RedisStore); ok {
 		s.remote = !rs.clientClock
 	}
-	if m, ok := store.(*MemoryStore); ok && s.single && s.dims[0].kern != nil {
-		s.mem = m
-	}
+	s.mem, _ = store.(*MemoryStore)
 	return s, nil
 }
 
@@ -360,25 +358,47 @@ func (s *Shaper) anchor(now time.Time, local bool) time.Time {
 	return now
 }
 
-// reserveOne is the single-key branch's store call. On a MemoryStore the GCRA family goes
-// through concrete calls (mem.reserveTAT), which check the cost themselves;
-// every other store through the Store interface, after the cost is checked.
+// reserveOne is the single-key branch's store call, after the cost is
+// checked: concrete on a MemoryStore (MemoryStore.reserve), one dimension
+// of reserveAll on any other.
 func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms float64, dec *algorithms.Decision) (tag float64, gen uint32, local bool, err error) {
 	d := s.dims[0]
 	alg, k := d.alg, d.kern
 	if allow {
 		alg, k = d.allow, d.kernAllow
 	}
-	if s.mem != nil && k.Admissible(cost) {
-		tag, gen, err = s.mem.reserveTAT(d, k, key, cost, ms, dec)
-		return tag, gen, false, err
+	if k == nil || !k.Admissible(cost) { // the GCRA kernel's rule inline; the others' through the interface
+		if err := validCost(d, alg, key, cost); err != nil {
+			return 0, 0, false, err
+		}
 	}
-	if err := validCost(d, alg, key, cost); err != nil {
-		*dec = algorithms.Decision{}
+	if s.mem == nil {
+		return s.reserveStore(ctx, d, alg, key, cost, ms, dec)
+	}
+	if k != nil { // the leaky bucket and GCRA: the kernel on a bare TAT
+		tag, gen, err = s.mem.reserveTAT(d, k, key, cost, ms, dec)
+	} else {
+		tag, gen, err = s.mem.reserve(d, alg, key, cost, ms, dec)
+	}
+	return tag, gen, false, err
+}
+
+// reserveStore is reserveOne on a store other than a MemoryStore: one
+// dimension of reserveAll.
+func (s *Shaper) reserveStore(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, ms float64, dec *algorithms.Decision) (tag float64, gen uint32, local bool, err error) {
+	req := newMulti(1, ms, key)
+	req.dims, req.algs, req.keys, req.costs = append(req.dims, d), append(req.algs, alg), append(req.keys, key), append(req.costs, cost)
+	if err := s.store.reserveAll(ctx, req); err != nil {
 		return 0, 0, false, err
 	}
-	*dec, tag, gen, local, err = s.store.reserve(ctx, d, alg, key, cost, ms)
-	return tag, gen, local, err
+	*dec = req.dec.Decision
+	if len(req.tags) > 0 {
+		tag = req.tags[0]
+	}
+	if len(req.gens) > 0 { // a local slot's generation
+		gen = req.gens[0]
+	}
+	return tag, gen, req.local, nil
 }
 
 // decide runs one transition for key and cost at the clock's now, writing

@@ -14,10 +14,9 @@ import (
 type Store interface {
 	// bind registers one dimension of a shaper with the store.
 	bind(d *dim) error
-	// reserve runs one transition on one key. local reports a slot that the
-	// failure policy granted instead of the store (see RedisStore).
-	reserve(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, now float64) (dec algorithms.Decision, tag float64, gen uint32, local bool, err error)
-	// reserveAll runs one transition over several keys, all or nothing.
+	// reserveAll runs one transition over one key per dimension, all or
+	// nothing. (A shaper of one contract on a MemoryStore calls its reserve
+	// instead: see Shaper.reserveOne.)
 	reserveAll(ctx context.Context, req *multi) error
 	// cancel refunds reservations whose keys' schedules still end with them;
 	// tags and gens are what reserve returned (gen: a store's way to tell
