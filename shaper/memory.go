@@ -36,7 +36,7 @@ type MemoryStore struct {
 	capH  capHeap
 
 	nsMu sync.Mutex
-	ns   map[string]*dim                        // prefix -> the first dimension bound to it
+	ns   map[string]memNamespace                // prefix -> its namespace
 	algs atomic.Pointer[[]algorithms.Algorithm] // namespace id -> algorithm, copy on write
 
 	stop      chan struct{}
@@ -229,7 +229,7 @@ func WithSweepInterval(d time.Duration) MemoryOption {
 // NewMemoryStore returns an in-memory store. An invalid option is reported
 // when a shaper is bound to the store (New or All).
 func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
-	m := &MemoryStore{seed: maphash.MakeSeed(), interval: DefaultSweepInterval, ns: map[string]*dim{}}
+	m := &MemoryStore{seed: maphash.MakeSeed(), interval: DefaultSweepInterval, ns: map[string]memNamespace{}}
 	for _, o := range opts {
 		o(m)
 	}
@@ -322,27 +322,40 @@ func (m *MemoryStore) space(sh *memShard, ns uint32) *memSpace {
 	return sp
 }
 
+// memDim is the memory store's data for one bound dimension (dim.bound):
+// the id of its namespace.
+type memDim struct{ ns uint32 }
+
+// memNamespace is one prefix's namespace: the configuration of the shapers
+// bound to it, and their memDim.
+type memNamespace struct {
+	identity string
+	md       *memDim
+}
+
+// nsOf returns the namespace id of d, which this store bound.
+func nsOf(d *dim) uint32 { return d.bound.(*memDim).ns }
+
 // bind gives the dimension a namespace id. Shapers may share a prefix (and so
 // their keys' budgets) only with the same algorithm, rate and MaxQueue.
-func (m *MemoryStore) bind(d *dim) error {
+func (m *MemoryStore) bind(d *dim) (any, error) {
 	if m.err != nil {
-		return m.err
+		return nil, m.err
 	}
 	m.nsMu.Lock()
 	defer m.nsMu.Unlock()
 	if prev, ok := m.ns[d.prefix]; ok {
 		if prev.identity != d.identity {
-			return &ConfigError{Algorithm: "memory-store", Field: "Prefix", Value: d.prefix,
+			return nil, &ConfigError{Algorithm: "memory-store", Field: "Prefix", Value: d.prefix,
 				Reason: "already used by a shaper with " + prev.identity + "; give each shaper its own WithName or WithPrefix"}
 		}
-		d.memID = prev.memID
-		return nil
+		return prev.md, nil
 	}
 	algs := slices.Clone(*m.algs.Load())
-	d.memID = uint32(len(algs))
+	md := &memDim{ns: uint32(len(algs))}
 	m.algs.Store(new(append(algs, d.alg)))
-	m.ns[d.prefix] = d
-	return nil
+	m.ns[d.prefix] = memNamespace{identity: d.identity, md: md}
+	return md, nil
 }
 
 func (m *MemoryStore) shardIndex(ns uint32, key string) int {
@@ -369,7 +382,7 @@ func (m *MemoryStore) enter(ns uint32, key string, now float64) (*memShard, *mem
 // leaky bucket and GCRA go to reserveTAT instead. It returns the
 // reservation's tag.
 func (m *MemoryStore) reserve(d *dim, alg algorithms.Algorithm, key string, cost int64, now float64, dec *algorithms.Decision) (float64, uint32, error) {
-	sh, sp := m.enter(d.memID, key, now)
+	sh, sp := m.enter(nsOf(d), key, now)
 	defer sh.mu.Unlock()
 	st, exists := sp.states[key]
 	next, res, err := algorithms.ReserveNotBefore(alg, st, now, sp.floor(key, now), cost)
@@ -384,7 +397,7 @@ func (m *MemoryStore) reserve(d *dim, alg algorithms.Algorithm, key string, cost
 		}
 		k := strings.Clone(key)
 		sp.states[k] = next
-		m.trackState(sp, d.memID, k, next, now)
+		m.trackState(sp, nsOf(d), k, next, now)
 	case len(next) != len(st) || &next[0] != &st[0]:
 		sp.states[key] = next
 	}
@@ -398,7 +411,7 @@ func (m *MemoryStore) reserve(d *dim, alg algorithms.Algorithm, key string, cost
 // *dec (the zero Decision). It returns the stored TAT and the generation
 // (see grant): the reservation's tag.
 func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64, now float64, dec *algorithms.Decision) (float64, uint32, error) {
-	sh, sp := m.enter(d.memID, key, now)
+	sh, sp := m.enter(nsOf(d), key, now)
 	defer sh.mu.Unlock()
 	i, exists := sp.index[key]
 	tat := gcra.Cold
@@ -420,7 +433,7 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 		}
 		k := strings.Clone(key) // do not pin the caller's buffer
 		i = sp.add(k, next)
-		m.track(d.memID, k, next, false)
+		m.track(nsOf(d), k, next, false)
 	}
 	return next, sp.grant(i), nil
 }
@@ -429,7 +442,7 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 // only): the RedisStore keeps its FailLocal twin's schedule level with
 // Redis's. A new key that does not fit under MaxKeys is not seeded.
 func (m *MemoryStore) seedTAT(d *dim, key string, tat, now float64) {
-	sh, sp := m.enter(d.memID, key, now)
+	sh, sp := m.enter(nsOf(d), key, now)
 	defer sh.mu.Unlock()
 	if sp.kern == nil {
 		return
@@ -443,7 +456,7 @@ func (m *MemoryStore) seedTAT(d *dim, key string, tat, now float64) {
 	if m.claim(sh, now) {
 		k := strings.Clone(key)
 		_ = sp.add(k, tat)
-		m.track(d.memID, k, tat, false)
+		m.track(nsOf(d), k, tat, false)
 	}
 }
 
@@ -456,7 +469,7 @@ func (m *MemoryStore) lockAll(dims []*dim, keys []string, perKey, locked []*memS
 	var buf [4]int
 	idx := buf[:0]
 	for i := range keys {
-		j := m.shardIndex(dims[i].memID, keys[i])
+		j := m.shardIndex(nsOf(dims[i]), keys[i])
 		idx = append(idx, j)
 		perKey = append(perKey, &m.shards[j])
 	}
@@ -489,7 +502,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	floor, fresh := req.now, 0
 	for i, d := range req.dims {
 		sh := shards[i]
-		sp := m.space(sh, d.memID)
+		sp := m.space(sh, nsOf(d))
 		spaces[i] = sp
 		sh.high = max(sh.high, req.now)
 		floor = max(floor, sp.floor(req.keys[i], req.now))
@@ -526,7 +539,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	for i, d := range req.dims {
 		stored, isNew, gen := spaces[i].put(req.keys[i], dims[i].State)
 		if isNew {
-			m.trackState(spaces[i], d.memID, stored, dims[i].State, req.now)
+			m.trackState(spaces[i], nsOf(d), stored, dims[i].State, req.now)
 		}
 		req.tags, req.gens = append(req.tags, dims[i].State[0]), append(req.gens, gen)
 	}
@@ -546,9 +559,9 @@ func (m *MemoryStore) trackState(sp *memSpace, ns uint32, key string, st algorit
 // each runs f on every (dimension, key) pair with the key's shard locked.
 func (m *MemoryStore) each(ks keyset, f func(sh *memShard, sp *memSpace, d *dim, i int)) {
 	for i, d := range ks.dims {
-		sh := m.shard(d.memID, ks.keys[i])
+		sh := m.shard(nsOf(d), ks.keys[i])
 		sh.mu.Lock()
-		f(sh, m.space(sh, d.memID), d, i)
+		f(sh, m.space(sh, nsOf(d)), d, i)
 		sh.mu.Unlock()
 	}
 }
@@ -567,7 +580,7 @@ func (m *MemoryStore) cancel(_ context.Context, ks keyset, tags []float64, gens 
 			var refunded bool
 			if sp.slab[j], refunded = d.kern.Cancel(sp.slab[j], tags[i], costs[i]); refunded {
 				sp.gens[j]++
-				m.track(d.memID, strings.Clone(keys[i]), sp.slab[j], false) // idle earlier than recorded
+				m.track(nsOf(d), strings.Clone(keys[i]), sp.slab[j], false) // idle earlier than recorded
 			}
 		}
 	})
@@ -600,7 +613,7 @@ func (m *MemoryStore) pause(_ context.Context, ks keyset, now, d float64) error 
 		}
 		k := strings.Clone(keys[i])
 		sp.paused[k] = until
-		m.track(dm.memID, k, until, true)
+		m.track(nsOf(dm), k, until, true)
 	})
 	return err
 }

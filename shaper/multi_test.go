@@ -19,9 +19,9 @@ func snapshot(store *MemoryStore, s *Shaper, key string) []algorithms.State {
 		if d.key != nil {
 			k = d.key(key)
 		}
-		sh := store.shard(d.memID, k)
+		sh := store.shard(nsOf(d), k)
 		sh.mu.Lock()
-		out[i], _ = store.space(sh, d.memID).get(k)
+		out[i], _ = store.space(sh, nsOf(d)).get(k)
 		out[i] = slices.Clone(out[i])
 		sh.mu.Unlock()
 	}

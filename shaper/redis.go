@@ -40,10 +40,8 @@ type RedisStore struct {
 	err         error
 	slots       chan struct{} // one per call in flight: at most the client's pool size
 
-	local    *MemoryStore // FailLocal
-	localMu  sync.Mutex
-	localFor map[*dim]*dim // each bound dimension's scaled local twin
-	handoff  handoff       // FailLocal: local slots Redis has not seen yet
+	local   *MemoryStore // FailLocal
+	handoff handoff      // FailLocal: local slots Redis has not seen yet
 
 	health   *health
 	degraded atomic.Uint64
@@ -105,7 +103,7 @@ func WithFailurePolicy(p FailurePolicy) RedisOption {
 // NewRedisStore returns a store on client. A nil client or an invalid option
 // is reported when a shaper is bound to the store (New or All).
 func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStore {
-	r := &RedisStore{client: client, timeout: DefaultRedisTimeout, localFor: map[*dim]*dim{}, health: newHealth()}
+	r := &RedisStore{client: client, timeout: DefaultRedisTimeout, health: newHealth()}
 	for _, o := range opts {
 		o(r)
 	}
@@ -139,43 +137,48 @@ func (r *RedisStore) Close() error {
 // Degraded returns how many operations the failure policy served instead of Redis.
 func (r *RedisStore) Degraded() uint64 { return r.degraded.Load() }
 
-func (r *RedisStore) bind(d *dim) error {
+// redisDim is the Redis store's data for one bound dimension (dim.bound).
+type redisDim struct {
+	params [2][3]any // the GCRA family: script.GCRAParams of alg and allow, formatted once
+	twin   *dim      // FailLocal: the dimension at share of the rate, bound to the local store
+}
+
+// redisOf returns the Redis store's data for d, which it bound.
+func redisOf(d *dim) *redisDim { return d.bound.(*redisDim) }
+
+func (r *RedisStore) bind(d *dim) (any, error) {
 	if r.err != nil {
-		return r.err
+		return nil, r.err
 	}
+	rd := &redisDim{}
 	if d.kern != nil {
 		_, p := d.alg.Params()
 		_, pa := d.allow.Params()
-		d.luaGCRA = [2][3]any{script.GCRAParams(p), script.GCRAParams(pa)}
+		rd.params = [2][3]any{script.GCRAParams(p), script.GCRAParams(pa)}
 	}
 	if r.local == nil {
-		return nil
+		return rd, nil
 	}
 	// The local twin: the same algorithm at share of the rate (a longer period).
 	rate := d.rate
 	rate.Period = time.Duration(float64(rate.Period) / r.policy.share)
 	alg, allow, err := d.spec.build(rate, d.maxQueue)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	twin := *d
 	twin.alg, twin.allow, twin.rate = alg, allow, rate
 	twin.setKernels()
 	twin.identity += " local"
-	if err := r.local.bind(&twin); err != nil {
-		return err
+	if twin.bound, err = r.local.bind(&twin); err != nil {
+		return nil, err
 	}
-	r.localMu.Lock()
-	r.localFor[d] = &twin
-	r.localMu.Unlock()
-	return nil
+	rd.twin = &twin
+	return rd, nil
 }
 
-func (r *RedisStore) twin(d *dim) *dim {
-	r.localMu.Lock()
-	defer r.localMu.Unlock()
-	return r.localFor[d]
-}
+// twin returns d's FailLocal twin.
+func (r *RedisStore) twin(d *dim) *dim { return redisOf(d).twin }
 
 // escape makes s safe before and inside the hash tag: no "{" or "}"
 // survives, and the mapping is one to one.
@@ -486,9 +489,10 @@ func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) e
 // schedule instead of starting a new one beside it.
 func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, allow bool) error {
 	d := req.dims[0]
-	params, k := &d.luaGCRA[0], d.kern
+	rd := redisOf(d)
+	params, k := &rd.params[0], d.kern
 	if allow {
-		params, k = &d.luaGCRA[1], d.kernAllow
+		params, k = &rd.params[1], d.kernAllow
 	}
 	keys := redisKeys(req.keyset)
 	now := r.now(req.now)

@@ -69,9 +69,9 @@ var _ Reserver = (*Shaper)(nil)
 
 // dim is one resolved dimension.
 type dim struct {
-	// The hot path's fields first, on one cache line: the memory store's
-	// namespace and the GCRA kernels, which kern and kernAllow point into.
-	memID     uint32 // set by MemoryStore.bind
+	// The hot path's fields first, on one cache line: the store's data for
+	// this dimension and the GCRA kernels, which kern and kernAllow point into.
+	bound     any // what Store.bind returned: the store's own, opaque to the shaper
 	kernels   [2]gcra.Kernel
 	kern      *gcra.Kernel // alg's GCRA kernel; non-nil when Cancel can refund
 	kernAllow *gcra.Kernel // allow's
@@ -89,7 +89,6 @@ type dim struct {
 	maxQueue time.Duration
 	clock    Clock // the shaper's clock, for a decision a store makes locally
 
-	luaGCRA [2][3]any // set by RedisStore.bind: script.GCRAParams of alg and allow
 }
 
 // setKernels points kern and kernAllow at d's own copies of the GCRA
@@ -198,7 +197,7 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 			d.prefix += spec.Name + ":"
 		}
 		d.setKernels()
-		if err := store.bind(d); err != nil {
+		if d.bound, err = store.bind(d); err != nil {
 			return nil, err
 		}
 		s.dims = append(s.dims, d)

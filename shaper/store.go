@@ -12,8 +12,10 @@ import (
 // own prefix. Its methods are unexported: this package's stores are its only
 // implementations.
 type Store interface {
-	// bind registers one dimension of a shaper with the store.
-	bind(d *dim) error
+	// bind registers one dimension of a shaper with the store and returns
+	// the store's own data for it, which the shaper keeps in d.bound and
+	// hands back with d on every call, never reading it.
+	bind(d *dim) (any, error)
 	// reserveAll runs one transition over one key per dimension, all or
 	// nothing. (A shaper of one contract on a MemoryStore calls its reserve
 	// instead: see Shaper.reserveOne.)
