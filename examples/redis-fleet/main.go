@@ -32,6 +32,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttlekit/throttlekit-go/examples/internal/window"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -222,8 +223,8 @@ func measure(w io.Writer, c config) (Result, error) {
 	span := ts[len(ts)-1].Sub(ts[0])
 	res.Rate = float64(len(ts)-1) / span.Seconds()
 	res.ErrorPct = (res.Rate - float64(c.rate)) / float64(c.rate) * 100
-	res.MostIn1s = mostInOneSecond(ts)
-	res.MostArr1s = mostInOneSecond(sorted(p.arrivals))
+	res.MostIn1s = window.MostInOneSecond(ts)
+	res.MostArr1s = window.MostInOneSecond(sorted(p.arrivals))
 	fmt.Fprintf(w, "\n%8s %9s %9s\n", "process", "arrivals", "per s")
 	for i, n := range res.PerWorker {
 		fmt.Fprintf(w, "%8d %9d %9.1f\n", i+1, n, float64(n)/span.Seconds())
@@ -287,19 +288,6 @@ func sorted(ts []time.Time) []time.Time {
 	ts = slices.Clone(ts)
 	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
 	return ts
-}
-
-// mostInOneSecond returns the most instants of sorted ts in any half-open
-// 1 s window.
-func mostInOneSecond(ts []time.Time) int {
-	most, j := 0, 0
-	for i := range ts {
-		for ts[i].Sub(ts[j]) >= time.Second {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
-	return most
 }
 
 // jitterAllowance is the excess over rate + burst in a 1 s window that

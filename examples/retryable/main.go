@@ -27,6 +27,7 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/throttlekit/throttlekit-go/examples/internal/window"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -151,7 +152,7 @@ func run(w io.Writer, n int) error {
 			pausedArrivals++
 		}
 	}
-	most := mostInOneSecond(p.arrivals)
+	most := window.MostInOneSecond(p.arrivals)
 	fmt.Fprintf(w, "requests: %d ok, %d failed, %d attempts (%d retries) in %v\n", ok.Load(), failed.Load(), len(p.arrivals), len(p.arrivals)-n, took.Round(time.Millisecond))
 	fmt.Fprintf(w, "partner answered: %d x 200, %d x 500, %d x 503\n", p.codes[200], p.codes[500], p.codes[503])
 	fmt.Fprintf(w, "arrivals during the 1 s pause that followed the first 503: %d (requests already on the wire)\n", pausedArrivals)
@@ -167,17 +168,4 @@ func run(w io.Writer, n int) error {
 		return fmt.Errorf("%d arrivals during the pause: Retry-After was not honoured", pausedArrivals)
 	}
 	return nil
-}
-
-// mostInOneSecond returns the most arrivals in any 1 s window (arrivals are
-// in order).
-func mostInOneSecond(ts []time.Time) int {
-	most, j := 0, 0
-	for i := range ts {
-		for ts[i].Sub(ts[j]) >= time.Second {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
-	return most
 }
