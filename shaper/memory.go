@@ -54,103 +54,17 @@ type memShard struct {
 	_      [24]byte    // keep shards on separate cache lines
 }
 
-// memSpace is one namespace's keys in one shard. The GCRA family (the leaky
-// bucket shaper and GCRA) keeps a bare TAT per key in a slab, and the map
-// holds the key's index in it: no slice header, no allocation per key, no
-// pointer for the collector to follow, and an update is a slab write, not a
-// second map operation. The other algorithms keep a State per key.
+// memSpace is one namespace's keys in one shard: their states, in the
+// layout of the namespace's algorithm, and their pauses. keys points at
+// tats or states, whichever the layout is; the paths that know the layout
+// use that one directly (tats is held by value: the hot path follows no
+// pointer to reach it).
 type memSpace struct {
+	keys   keyStates
+	tats   tatKeys   // the leaky bucket and GCRA (tats.kern != nil): a bare TAT per key
+	states stateKeys // the other algorithms: a State per key
 	alg    algorithms.Algorithm
-	kern   *gcra.Kernel      // non-nil (the GCRA family): states are bare TATs in slab
-	index  map[string]uint32 // key -> its TAT's index in slab
-	slab   []float64         // TATs; the slots in free are unused
-	gens   []uint32          // per slab slot, the generation of its last reservation (see grant)
-	free   []uint32          // slab slots of evicted keys, reused first
-	states map[string]algorithms.State
 	paused map[string]float64 // pauses are rare: nil until the first
-}
-
-// add stores a new key's TAT and returns its slab slot; key must already be
-// a clone.
-func (sp *memSpace) add(key string, tat float64) uint32 {
-	var i uint32
-	if n := len(sp.free); n > 0 {
-		i, sp.free = sp.free[n-1], sp.free[:n-1]
-		sp.slab[i] = tat
-	} else {
-		i = uint32(len(sp.slab))
-		sp.slab = append(sp.slab, tat)
-		sp.gens = append(sp.gens, 0)
-	}
-	sp.index[key] = i
-	return i
-}
-
-// grant gives a reservation on slab slot i its generation: a number no
-// other reservation on the key has had lately (it wraps after 2^32), so that
-// a Cancel refunds its own slot only, and once. Comparing TATs alone is not
-// enough: after a refund the next reservation stores the very TAT the
-// cancelled one had.
-func (sp *memSpace) grant(i uint32) uint32 {
-	sp.gens[i]++
-	return sp.gens[i]
-}
-
-// drop removes a key of the GCRA family whose slab slot is i.
-func (sp *memSpace) drop(key string, i uint32) {
-	delete(sp.index, key)
-	sp.free = append(sp.free, i)
-}
-
-// get returns key's state as a State (a copy for a bare TAT).
-func (sp *memSpace) get(key string) (algorithms.State, bool) {
-	if sp.kern != nil {
-		i, ok := sp.index[key]
-		if !ok {
-			return nil, false
-		}
-		return algorithms.State{sp.slab[i]}, true
-	}
-	st, ok := sp.states[key]
-	return st, ok
-}
-
-// put stores the state of a reservation for key and returns the key as the
-// store keeps it when it is new ("" otherwise: isNew reports which), and the
-// reservation's generation (GCRA family; 0 otherwise). A new key is cloned
-// so that the map does not pin the caller's buffer.
-func (sp *memSpace) put(key string, st algorithms.State) (stored string, isNew bool, gen uint32) {
-	if sp.kern != nil {
-		if i, ok := sp.index[key]; ok {
-			sp.slab[i] = st[0]
-			return "", false, sp.grant(i)
-		}
-		stored = strings.Clone(key)
-		return stored, true, sp.grant(sp.add(stored, st[0]))
-	}
-	if _, ok := sp.states[key]; ok {
-		sp.states[key] = st
-		return "", false, 0
-	}
-	stored = strings.Clone(key)
-	sp.states[stored] = st
-	return stored, true, 0
-}
-
-// remove deletes key's state and reports whether it held one.
-func (sp *memSpace) remove(key string) bool {
-	if sp.kern != nil {
-		if i, ok := sp.index[key]; ok {
-			sp.drop(key, i)
-			return true
-		}
-		return false
-	}
-	if _, ok := sp.states[key]; ok {
-		delete(sp.states, key)
-		return true
-	}
-	return false
 }
 
 // floor returns the instant before which key may not depart: its pause's
@@ -174,27 +88,14 @@ func (sp *memSpace) sweep(now float64) int {
 			n++
 		}
 	}
-	if sp.kern != nil {
-		for k, i := range sp.index {
-			if _, reset := sp.kern.Status(sp.slab[i], now); reset > 0 {
-				continue
-			}
-			if _, paused := sp.paused[k]; paused {
-				continue
-			}
-			sp.drop(k, i)
-			n++
-		}
-		return n
-	}
-	for k, st := range sp.states {
-		if _, reset := sp.alg.Status(st, now); reset > 0 {
+	for k := range sp.keys.all() {
+		if at, _ := sp.keys.idleAt(k, now); at > now {
 			continue
 		}
 		if _, paused := sp.paused[k]; paused {
 			continue
 		}
-		delete(sp.states, k)
+		sp.keys.remove(k)
 		n++
 	}
 	return n
@@ -312,11 +213,13 @@ func (m *MemoryStore) space(sh *memShard, ns uint32) *memSpace {
 	if grow := len(algs) - len(sh.spaces); grow > 0 {
 		sh.spaces = append(sh.spaces, make([]*memSpace, grow)...)
 	}
-	sp := &memSpace{alg: algs[ns], kern: kernelOf(algs[ns])}
-	if sp.kern != nil {
-		sp.index = map[string]uint32{}
+	sp := &memSpace{alg: algs[ns]}
+	if k := kernelOf(algs[ns]); k != nil {
+		sp.tats = tatKeys{kern: k, index: map[string]uint32{}}
+		sp.keys = &sp.tats
 	} else {
-		sp.states = map[string]algorithms.State{}
+		sp.states = stateKeys{alg: algs[ns], states: map[string]algorithms.State{}}
+		sp.keys = &sp.states
 	}
 	sh.spaces[ns] = sp
 	return sp
@@ -384,7 +287,7 @@ func (m *MemoryStore) enter(ns uint32, key string, now float64) (*memShard, *mem
 func (m *MemoryStore) reserve(d *dim, alg algorithms.Algorithm, key string, cost int64, now float64, dec *algorithms.Decision) (float64, uint32, error) {
 	sh, sp := m.enter(nsOf(d), key, now)
 	defer sh.mu.Unlock()
-	st, exists := sp.states[key]
+	st, exists := sp.states.states[key]
 	next, res, err := algorithms.ReserveNotBefore(alg, st, now, sp.floor(key, now), cost)
 	if err != nil || !res.Allowed {
 		*dec = res
@@ -396,10 +299,10 @@ func (m *MemoryStore) reserve(d *dim, alg algorithms.Algorithm, key string, cost
 			return 0, 0, ErrStoreFull
 		}
 		k := strings.Clone(key)
-		sp.states[k] = next
+		sp.states.states[k] = next
 		m.trackState(sp, nsOf(d), k, next, now)
 	case len(next) != len(st) || &next[0] != &st[0]:
-		sp.states[key] = next
+		sp.states.states[key] = next
 	}
 	*dec = res
 	return next[0], 0, nil
@@ -413,10 +316,11 @@ func (m *MemoryStore) reserve(d *dim, alg algorithms.Algorithm, key string, cost
 func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64, now float64, dec *algorithms.Decision) (float64, uint32, error) {
 	sh, sp := m.enter(nsOf(d), key, now)
 	defer sh.mu.Unlock()
-	i, exists := sp.index[key]
+	t := &sp.tats
+	i, exists := t.index[key]
 	tat := gcra.Cold
 	if exists {
-		tat = sp.slab[i]
+		tat = t.slab[i]
 	}
 	next, wait, allowed := k.Reserve(tat, now, sp.floor(key, now), cost)
 	if !allowed { // *dec is the caller's zero Decision: set what differs
@@ -425,17 +329,17 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 	}
 	dec.Allowed, dec.Delay = true, algorithms.Duration(wait)
 	if exists {
-		sp.slab[i] = next
+		t.slab[i] = next
 	} else {
 		if !m.claim(sh, now) {
 			*dec = algorithms.Decision{}
 			return 0, 0, ErrStoreFull
 		}
 		k := strings.Clone(key) // do not pin the caller's buffer
-		i = sp.add(k, next)
+		i = t.add(k, next)
 		m.track(nsOf(d), k, next, false)
 	}
-	return next, sp.grant(i), nil
+	return next, t.grant(i), nil
 }
 
 // seedTAT raises key's TAT in d's space to at least tat (the GCRA family
@@ -444,18 +348,19 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 func (m *MemoryStore) seedTAT(d *dim, key string, tat, now float64) {
 	sh, sp := m.enter(nsOf(d), key, now)
 	defer sh.mu.Unlock()
-	if sp.kern == nil {
+	t := &sp.tats
+	if t.kern == nil {
 		return
 	}
-	if i, ok := sp.index[key]; ok {
-		if tat > sp.slab[i] {
-			sp.slab[i] = tat
+	if i, ok := t.index[key]; ok {
+		if tat > t.slab[i] {
+			t.slab[i] = tat
 		}
 		return
 	}
 	if m.claim(sh, now) {
 		k := strings.Clone(key)
-		_ = sp.add(k, tat)
+		_ = t.add(k, tat)
 		m.track(nsOf(d), k, tat, false)
 	}
 }
@@ -506,7 +411,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 		spaces[i] = sp
 		sh.high = max(sh.high, req.now)
 		floor = max(floor, sp.floor(req.keys[i], req.now))
-		st, exists := sp.get(req.keys[i])
+		st, exists := sp.keys.get(req.keys[i])
 		if !exists {
 			fresh++
 		}
@@ -537,7 +442,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	}
 	req.tags, req.gens = req.tags[:0], req.gens[:0] // newMulti's arrays: no allocation up to four dimensions
 	for i, d := range req.dims {
-		stored, isNew, gen := spaces[i].put(req.keys[i], dims[i].State)
+		stored, isNew, gen := spaces[i].keys.put(req.keys[i], dims[i].State)
 		if isNew {
 			m.trackState(spaces[i], nsOf(d), stored, dims[i].State, req.now)
 		}
@@ -573,14 +478,15 @@ func (m *MemoryStore) each(ks keyset, f func(sh *memShard, sp *memSpace, d *dim,
 func (m *MemoryStore) cancel(_ context.Context, ks keyset, tags []float64, gens []uint32, costs []int64, _ bool) error {
 	keys := ks.keys
 	m.each(ks, func(_ *memShard, sp *memSpace, d *dim, i int) {
-		if d.kern == nil || sp.kern == nil { // only the GCRA family refunds; its keys are bare TATs
+		t := &sp.tats
+		if d.kern == nil || t.kern == nil { // only the GCRA family refunds; its keys are bare TATs
 			return
 		}
-		if j, ok := sp.index[keys[i]]; ok && sp.gens[j] == gens[i] {
+		if j, ok := t.index[keys[i]]; ok && t.gens[j] == gens[i] {
 			var refunded bool
-			if sp.slab[j], refunded = d.kern.Cancel(sp.slab[j], tags[i], costs[i]); refunded {
-				sp.gens[j]++
-				m.track(nsOf(d), strings.Clone(keys[i]), sp.slab[j], false) // idle earlier than recorded
+			if t.slab[j], refunded = d.kern.Cancel(t.slab[j], tags[i], costs[i]); refunded {
+				t.gens[j]++
+				m.track(nsOf(d), strings.Clone(keys[i]), t.slab[j], false) // idle earlier than recorded
 			}
 		}
 	})
@@ -621,7 +527,7 @@ func (m *MemoryStore) pause(_ context.Context, ks keyset, now, d float64) error 
 func (m *MemoryStore) reset(_ context.Context, ks keyset) error {
 	keys := ks.keys
 	m.each(ks, func(_ *memShard, sp *memSpace, _ *dim, i int) {
-		if sp.remove(keys[i]) {
+		if sp.keys.remove(keys[i]) {
 			m.keys.Add(-1)
 		}
 		if _, ok := sp.paused[keys[i]]; ok {

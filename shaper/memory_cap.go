@@ -140,20 +140,9 @@ func (m *MemoryStore) inspect(sh *memShard, e capEntry, now float64) (evicted, l
 		delete(sp.paused, e.key)
 		return true, false, 0
 	}
-	var idle float64 // when the state is equivalent to a cold key
-	if sp.kern != nil {
-		i, ok := sp.index[e.key]
-		if !ok {
-			return false, false, 0
-		}
-		idle = sp.slab[i]
-	} else {
-		st, ok := sp.states[e.key]
-		if !ok {
-			return false, false, 0
-		}
-		_, reset := sp.alg.Status(st, now)
-		idle = now + reset
+	idle, ok := sp.keys.idleAt(e.key, now) // when the state is equivalent to a cold key
+	if !ok {
+		return false, false, 0
 	}
 	if paused && pauseEnd > idle { // as Sweep: a paused key keeps its state until the pause ends
 		idle = pauseEnd
@@ -161,7 +150,7 @@ func (m *MemoryStore) inspect(sh *memShard, e capEntry, now float64) (evicted, l
 	if idle > now {
 		return false, true, idle
 	}
-	sp.remove(e.key)
+	sp.keys.remove(e.key)
 	return true, false, 0
 }
 
@@ -196,10 +185,6 @@ func (m *MemoryStore) holds(sh *memShard, e capEntry) bool {
 		_, ok := sp.paused[e.key]
 		return ok
 	}
-	if sp.kern != nil {
-		_, ok := sp.index[e.key]
-		return ok
-	}
-	_, ok := sp.states[e.key]
+	_, ok := sp.keys.idleAt(e.key, 0)
 	return ok
 }

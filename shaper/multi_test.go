@@ -21,7 +21,7 @@ func snapshot(store *MemoryStore, s *Shaper, key string) []algorithms.State {
 		}
 		sh := store.shard(nsOf(d), k)
 		sh.mu.Lock()
-		out[i], _ = store.space(sh, nsOf(d)).get(k)
+		out[i], _ = store.space(sh, nsOf(d)).keys.get(k)
 		out[i] = slices.Clone(out[i])
 		sh.mu.Unlock()
 	}

@@ -1,0 +1,153 @@
+package shaper
+
+import (
+	"iter"
+	"maps"
+	"strings"
+
+	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/gcra"
+)
+
+// keyStates holds one namespace's per-key states in one shard, in the
+// layout of its algorithm: tatKeys for the leaky bucket and GCRA, stateKeys
+// for the others. The caller holds the shard's lock.
+type keyStates interface {
+	// get returns key's state (a copy for a bare TAT).
+	get(key string) (algorithms.State, bool)
+	// put stores the state of a reservation for key. It returns the key as
+	// the store keeps it when it is new ("" otherwise: isNew reports
+	// which), and the reservation's generation (see tatKeys.grant; 0 for
+	// layouts without). A new key is cloned, so that the map does not pin
+	// the caller's buffer.
+	put(key string, st algorithms.State) (stored string, isNew bool, gen uint32)
+	// remove deletes key's state and reports whether it held one.
+	remove(key string) bool
+	// idleAt returns the instant at which key's state becomes equivalent to
+	// a cold key, judged at now; ok is false when key holds none.
+	idleAt(key string, now float64) (at float64, ok bool)
+	// all yields every key that holds a state; the caller may remove the
+	// key it was given.
+	all() iter.Seq[string]
+}
+
+// tatKeys keeps a bare TAT per key in a slab, and the map holds the key's
+// index in it: no slice header, no allocation per key, no pointer for the
+// collector to follow, and an update is a slab write, not a second map
+// operation.
+type tatKeys struct {
+	kern  *gcra.Kernel
+	index map[string]uint32 // key -> its TAT's index in slab
+	slab  []float64         // TATs; the slots in free are unused
+	gens  []uint32          // per slab slot, the generation of its last reservation (see grant)
+	free  []uint32          // slab slots of evicted keys, reused first
+}
+
+// add stores a new key's TAT and returns its slab slot; key must already be
+// a clone.
+func (t *tatKeys) add(key string, tat float64) uint32 {
+	var i uint32
+	if n := len(t.free); n > 0 {
+		i, t.free = t.free[n-1], t.free[:n-1]
+		t.slab[i] = tat
+	} else {
+		i = uint32(len(t.slab))
+		t.slab = append(t.slab, tat)
+		t.gens = append(t.gens, 0)
+	}
+	t.index[key] = i
+	return i
+}
+
+// grant gives a reservation on slab slot i its generation: a number no
+// other reservation on the key has had lately (it wraps after 2^32), so that
+// a Cancel refunds its own slot only, and once. Comparing TATs alone is not
+// enough: after a refund the next reservation stores the very TAT the
+// cancelled one had.
+func (t *tatKeys) grant(i uint32) uint32 {
+	t.gens[i]++
+	return t.gens[i]
+}
+
+// drop removes the key whose slab slot is i.
+func (t *tatKeys) drop(key string, i uint32) {
+	delete(t.index, key)
+	t.free = append(t.free, i)
+}
+
+func (t *tatKeys) get(key string) (algorithms.State, bool) {
+	i, ok := t.index[key]
+	if !ok {
+		return nil, false
+	}
+	return algorithms.State{t.slab[i]}, true
+}
+
+func (t *tatKeys) put(key string, st algorithms.State) (string, bool, uint32) {
+	if i, ok := t.index[key]; ok {
+		t.slab[i] = st[0]
+		return "", false, t.grant(i)
+	}
+	stored := strings.Clone(key)
+	return stored, true, t.grant(t.add(stored, st[0]))
+}
+
+func (t *tatKeys) remove(key string) bool {
+	i, ok := t.index[key]
+	if ok {
+		t.drop(key, i)
+	}
+	return ok
+}
+
+// idleAt is the TAT itself: the key is cold once it has passed.
+func (t *tatKeys) idleAt(key string, _ float64) (float64, bool) {
+	i, ok := t.index[key]
+	if !ok {
+		return 0, false
+	}
+	return t.slab[i], true
+}
+
+func (t *tatKeys) all() iter.Seq[string] { return maps.Keys(t.index) }
+
+// stateKeys keeps a State per key, for the algorithms other than the GCRA
+// family.
+type stateKeys struct {
+	alg    algorithms.Algorithm
+	states map[string]algorithms.State
+}
+
+func (s *stateKeys) get(key string) (algorithms.State, bool) {
+	st, ok := s.states[key]
+	return st, ok
+}
+
+func (s *stateKeys) put(key string, st algorithms.State) (string, bool, uint32) {
+	if _, ok := s.states[key]; ok {
+		s.states[key] = st
+		return "", false, 0
+	}
+	stored := strings.Clone(key)
+	s.states[stored] = st
+	return stored, true, 0
+}
+
+func (s *stateKeys) remove(key string) bool {
+	_, ok := s.states[key]
+	if ok {
+		delete(s.states, key)
+	}
+	return ok
+}
+
+func (s *stateKeys) idleAt(key string, now float64) (float64, bool) {
+	st, ok := s.states[key]
+	if !ok {
+		return 0, false
+	}
+	_, reset := s.alg.Status(st, now)
+	return now + reset, true
+}
+
+func (s *stateKeys) all() iter.Seq[string] { return maps.Keys(s.states) }
