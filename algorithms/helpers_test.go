@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // Named time units. Every table starts at t0, a whole UTC minute, and writes
@@ -62,3 +64,7 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestMain checks that no test leaves a goroutine behind (the Lua
+// conformance test's Redis clients included).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -312,7 +312,7 @@ func (m *MemoryStore) reserve(d *dim, alg algorithms.Algorithm, key string, cost
 // bucket or of its Allow form), whose keys hold a bare TAT: the kernel's
 // transition, one lookup and one store, and the decision written once, to
 // *dec (the zero Decision). It returns the stored TAT and the generation
-// (see grant): the reservation's tag.
+// (see tatKeys.grant): the reservation's tag.
 func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64, now float64, dec *algorithms.Decision) (float64, uint32, error) {
 	sh, sp := m.enter(nsOf(d), key, now)
 	defer sh.mu.Unlock()
