@@ -17,7 +17,7 @@ import (
 //
 // State layout: [window start (ms), count].
 type FixedWindow struct {
-	limit  float64
+	limited
 	window float64 // ms
 }
 
@@ -26,18 +26,7 @@ func NewFixedWindow(limit float64, window time.Duration) (*FixedWindow, error) {
 	if err := validateLimit("fixed-window", limit, window); err != nil {
 		return nil, err
 	}
-	return &FixedWindow{limit: limit, window: DurationMillis(window)}, nil
-}
-
-// Name returns "fixed-window".
-func (*FixedWindow) Name() string { return "fixed-window" }
-
-// MaxWait returns 0.
-func (*FixedWindow) MaxWait() float64 { return 0 }
-
-// ValidateCost refuses costs below 1 and above the limit.
-func (w *FixedWindow) ValidateCost(cost int64) error {
-	return checkCost("fixed-window", cost, w.limit, "the limit")
+	return &FixedWindow{limited: limited{"fixed-window", limit}, window: DurationMillis(window)}, nil
 }
 
 // current returns the window in force at now and its count.

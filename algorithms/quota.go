@@ -86,7 +86,7 @@ func Rolling(window time.Duration, buckets int) Cadence {
 // [SlidingWindow]). Storing the end lets a request inside the stored period
 // skip the calendar arithmetic.
 type Quota struct {
-	limit   float64
+	limited
 	cadence Cadence
 	rolling *SlidingWindow
 }
@@ -99,7 +99,7 @@ func NewQuota(limit float64, c Cadence) (*Quota, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
-	q := &Quota{limit: limit, cadence: c}
+	q := &Quota{limited: limited{"quota", limit}, cadence: c}
 	if c.kind == cadenceRolling {
 		w, err := NewSlidingWindow(limit, Duration(c.period), c.buckets)
 		if err != nil {
@@ -112,17 +112,6 @@ func NewQuota(limit float64, c Cadence) (*Quota, error) {
 		return nil, err
 	}
 	return q, nil
-}
-
-// Name returns "quota".
-func (*Quota) Name() string { return "quota" }
-
-// MaxWait returns 0.
-func (*Quota) MaxWait() float64 { return 0 }
-
-// ValidateCost refuses costs below 1 and above the limit.
-func (q *Quota) ValidateCost(cost int64) error {
-	return checkCost("quota", cost, q.limit, "the limit")
 }
 
 // Bounds returns the start and end (ms) of the period containing t. For a

@@ -19,8 +19,8 @@ import (
 // ascending time (ms). The running total makes a call cost O(expired entries)
 // rather than O(entries).
 type SlidingLog struct {
-	limit  float64
-	window float64
+	limited
+	window float64 // ms
 }
 
 // NewSlidingLog returns an exact sliding-window log of limit units per window.
@@ -28,18 +28,7 @@ func NewSlidingLog(limit float64, window time.Duration) (*SlidingLog, error) {
 	if err := validateLimit("sliding-log", limit, window); err != nil {
 		return nil, err
 	}
-	return &SlidingLog{limit: limit, window: DurationMillis(window)}, nil
-}
-
-// Name returns "sliding-log".
-func (*SlidingLog) Name() string { return "sliding-log" }
-
-// MaxWait returns 0.
-func (*SlidingLog) MaxWait() float64 { return 0 }
-
-// ValidateCost refuses costs below 1 and above the limit.
-func (l *SlidingLog) ValidateCost(cost int64) error {
-	return checkCost("sliding-log", cost, l.limit, "the limit")
+	return &SlidingLog{limited: limited{"sliding-log", limit}, window: DurationMillis(window)}, nil
 }
 
 // live returns the index of the first entry still in the window at now and

@@ -27,7 +27,7 @@ const MaxBuckets = 256
 // count of the bucket S before it] (S+2 numbers). The bucket index is
 // floor(now / (Window/S)).
 type SlidingWindow struct {
-	limit float64
+	limited
 	width float64 // ms per sub-bucket
 	n     int     // S
 }
@@ -44,18 +44,7 @@ func NewSlidingWindow(limit float64, window time.Duration, buckets int) (*Slidin
 	if window/time.Duration(buckets) < MinWindow {
 		return nil, &ConfigError{"sliding-window", "Buckets", buckets, "each sub-bucket must be at least 1ms long"}
 	}
-	return &SlidingWindow{limit: limit, width: DurationMillis(window) / float64(buckets), n: buckets}, nil
-}
-
-// Name returns "sliding-window".
-func (*SlidingWindow) Name() string { return "sliding-window" }
-
-// MaxWait returns 0.
-func (*SlidingWindow) MaxWait() float64 { return 0 }
-
-// ValidateCost refuses costs below 1 and above the limit.
-func (w *SlidingWindow) ValidateCost(cost int64) error {
-	return checkCost("sliding-window", cost, w.limit, "the limit")
+	return &SlidingWindow{limited: limited{"sliding-window", limit}, width: DurationMillis(window) / float64(buckets), n: buckets}, nil
 }
 
 // view describes st as seen at now without modifying it: the bucket index in

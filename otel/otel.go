@@ -205,26 +205,13 @@ func Wrap(r shaper.Reserver, opts ...Option) shaper.Reserver {
 	w.pauses, errs[5] = m.Int64Counter(MetricPauses,
 		metric.WithDescription("Pause calls that succeeded."), metric.WithUnit("{pause}"))
 	if err := errors.Join(errs[:]...); err != nil {
-		otelapi.Handle(err)
-		nm := noop.NewMeterProvider().Meter(ScopeName)
-		if w.reservations == nil {
-			w.reservations, _ = nm.Int64Counter(MetricReservations)
-		}
-		if w.delay == nil {
-			w.delay, _ = nm.Float64Histogram(MetricDelay)
-		}
-		if w.waiting == nil {
-			w.waiting, _ = nm.Int64UpDownCounter(MetricWaiting)
-		}
-		if w.storeLat == nil {
-			w.storeLat, _ = nm.Float64Histogram(MetricStoreDuration)
-		}
-		if w.degraded == nil {
-			w.degraded, _ = nm.Int64Counter(MetricDegraded)
-		}
-		if w.pauses == nil {
-			w.pauses, _ = nm.Int64Counter(MetricPauses)
-		}
+		otelapi.Handle(err) // and record nothing where the meter gave no instrument
+		orNoop(&w.reservations, metric.Int64Counter(noop.Int64Counter{}))
+		orNoop(&w.delay, metric.Float64Histogram(noop.Float64Histogram{}))
+		orNoop(&w.waiting, metric.Int64UpDownCounter(noop.Int64UpDownCounter{}))
+		orNoop(&w.storeLat, metric.Float64Histogram(noop.Float64Histogram{}))
+		orNoop(&w.degraded, metric.Int64Counter(noop.Int64Counter{}))
+		orNoop(&w.pauses, metric.Int64Counter(noop.Int64Counter{}))
 	}
 	w.limiter = AttrLimiter.String(c.name)
 	w.limOnly = metric.WithAttributeSet(attribute.NewSet(w.limiter))
@@ -356,4 +343,13 @@ func (w *Reserver) Pause(ctx context.Context, key string, d time.Duration) error
 		span.AddEvent("throttlekit.pause", trace.WithAttributes(w.limiter, AttrDelay.Float64(d.Seconds()), attribute.Bool("throttlekit.error", err != nil)))
 	}
 	return err
+}
+
+// orNoop sets *inst to none, a no-op instrument, when the meter returned
+// no instrument (with an error).
+func orNoop[T comparable](inst *T, none T) {
+	var zero T
+	if *inst == zero {
+		*inst = none
+	}
 }
