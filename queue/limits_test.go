@@ -161,3 +161,38 @@ func TestSubmitThroughARouteToANilShaper(t *testing.T) {
 		t.Fatalf("Submit through a missed route: %v, want a *KeyError", err)
 	}
 }
+
+// delayOnly is a Reserver of the caller's own that grants every request a
+// slot an hour away, as a Reservation with Delay alone.
+type delayOnly struct{ shaper.Reserver }
+
+func (delayOnly) Reserve(context.Context, string, int64) (shaper.Reservation, error) {
+	return shaper.Reservation{Delay: time.Hour}, nil
+}
+
+// A Reservation that no shaper granted departs Delay after it was made: the
+// queue holds the job (it used to take the zero time plus Delay for its slot
+// and run the job at once).
+func TestAReservationOfACustomReserverKeepsItsDelay(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	q := New(delayOnly{})
+	if err := q.Submit(context.Background(), Job{Key: "k", Run: func(context.Context) error { runs.Add(1); return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	pending, ahead := q.pending.Len(), time.Duration(0)
+	if pending == 1 {
+		ahead = time.Until(q.pending[0].at)
+	}
+	q.mu.Unlock()
+	if pending != 1 || ahead < 59*time.Minute {
+		t.Fatalf("%d jobs pending, the first %v ahead; want the job pending an hour ahead", pending, ahead)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var ce *CloseError
+	if err := q.Close(ctx); !errors.As(err, &ce) || ce.Withdrawn != 1 || runs.Load() != 0 {
+		t.Fatalf("Close: %v after %d runs; want the job an hour away withdrawn, never run", err, runs.Load())
+	}
+}

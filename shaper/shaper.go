@@ -254,8 +254,15 @@ type Reservation struct {
 	done  bool
 }
 
-// Time returns the departure instant, on Clock.
-func (r *Reservation) Time() time.Time { return r.now.Add(r.Delay) }
+// Time returns the departure instant, on Clock. A Reservation no shaper
+// granted (one a custom Reserver built with Delay alone) departs Delay from
+// the call, on the system clock.
+func (r *Reservation) Time() time.Time {
+	if r.s == nil {
+		return timer.Real().Now().Add(r.Delay)
+	}
+	return r.now.Add(r.Delay)
+}
 
 // Clock returns the clock of the shaper that granted r (the system clock for
 // the zero Reservation), so that a scheduler waits for Time on it.
