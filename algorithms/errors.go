@@ -99,22 +99,3 @@ func largest(ok func(int64) bool) int64 {
 func MaxCost(a Algorithm) int64 {
 	return largest(func(c int64) bool { return c >= 1 && a.ValidateCost(c) == nil })
 }
-
-// limited is what the window algorithms and the quota share: a name, a
-// limit per window or period, no waiting, and costs up to the limit.
-type limited struct {
-	name  string
-	limit float64
-}
-
-// Name returns the algorithm's name ("fixed-window", "sliding-window",
-// "sliding-log" or "quota").
-func (l *limited) Name() string { return l.name }
-
-// MaxWait returns 0: these algorithms never queue.
-func (*limited) MaxWait() float64 { return 0 }
-
-// ValidateCost refuses costs below 1 and above the limit.
-func (l *limited) ValidateCost(cost int64) error {
-	return checkCost(l.name, cost, l.limit, "the limit")
-}

@@ -61,7 +61,7 @@ type memShard struct {
 // pointer to reach it).
 type memSpace struct {
 	keys   keyStates
-	tats   tatKeys   // the leaky bucket and GCRA (tats.kern != nil): a bare TAT per key
+	tats   tatKeys   // the leaky bucket and GCRA (tats.index != nil): a bare TAT per key
 	states stateKeys // the other algorithms: a State per key
 	alg    algorithms.Algorithm
 	paused map[string]float64 // pauses are rare: nil until the first
@@ -214,8 +214,8 @@ func (m *MemoryStore) space(sh *memShard, ns uint32) *memSpace {
 		sh.spaces = append(sh.spaces, make([]*memSpace, grow)...)
 	}
 	sp := &memSpace{alg: algs[ns]}
-	if k := kernelOf(algs[ns]); k != nil {
-		sp.tats = tatKeys{kern: k, index: map[string]uint32{}}
+	if _, ok := algs[ns].(*algorithms.GCRA); ok {
+		sp.tats = tatKeys{index: map[string]uint32{}}
 		sp.keys = &sp.tats
 	} else {
 		sp.states = stateKeys{alg: algs[ns], states: map[string]algorithms.State{}}
@@ -349,7 +349,7 @@ func (m *MemoryStore) seedTAT(d *dim, key string, tat, now float64) {
 	sh, sp := m.enter(nsOf(d), key, now)
 	defer sh.mu.Unlock()
 	t := &sp.tats
-	if t.kern == nil {
+	if t.index == nil {
 		return
 	}
 	if i, ok := t.index[key]; ok {
@@ -479,7 +479,7 @@ func (m *MemoryStore) cancel(_ context.Context, ks keyset, tags []float64, gens 
 	keys := ks.keys
 	m.each(ks, func(_ *memShard, sp *memSpace, d *dim, i int) {
 		t := &sp.tats
-		if d.kern == nil || t.kern == nil { // only the GCRA family refunds; its keys are bare TATs
+		if d.kern == nil || t.index == nil { // only the GCRA family refunds; its keys are bare TATs
 			return
 		}
 		if j, ok := t.index[keys[i]]; ok && t.gens[j] == gens[i] {

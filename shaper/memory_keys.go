@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
-	"github.com/throttlekit/throttlekit-go/internal/gcra"
 )
 
 // keyStates holds one namespace's per-key states in one shard, in the
@@ -36,8 +35,7 @@ type keyStates interface {
 // collector to follow, and an update is a slab write, not a second map
 // operation.
 type tatKeys struct {
-	kern  *gcra.Kernel
-	index map[string]uint32 // key -> its TAT's index in slab
+	index map[string]uint32 // key -> its TAT's index in slab; nil when the namespace keeps States
 	slab  []float64         // TATs; the slots in free are unused
 	gens  []uint32          // per slab slot, the generation of its last reservation (see grant)
 	free  []uint32          // slab slots of evicted keys, reused first

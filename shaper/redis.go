@@ -752,3 +752,13 @@ func (h *handoff) done(d *dim, key string) {
 		h.n.Add(-1)
 	}
 }
+
+// decisionOf is the Decision of a transition a script made (or FailOpen's
+// admission): admitted to depart after wait ms, or refused, wait ms past
+// MaxQueue. The shaper reads no other field.
+func decisionOf(allowed bool, wait float64) algorithms.Decision {
+	if allowed {
+		return algorithms.Decision{Allowed: true, Delay: algorithms.Duration(wait)}
+	}
+	return algorithms.Decision{RetryAfter: algorithms.Duration(wait)}
+}

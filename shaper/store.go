@@ -92,14 +92,3 @@ func kernelOf(a algorithms.Algorithm) *gcra.Kernel {
 	_, p := g.Params()
 	return gcra.FromParams(p)
 }
-
-// decisionOf is the Decision of a transition the shaper did not run itself
-// (the GCRA kernel on the hot path, a Redis script): admitted to depart
-// after wait ms, or refused, wait ms past MaxQueue. The shaper reads no
-// other field.
-func decisionOf(allowed bool, wait float64) algorithms.Decision {
-	if allowed {
-		return algorithms.Decision{Allowed: true, Delay: algorithms.Duration(wait)}
-	}
-	return algorithms.Decision{RetryAfter: algorithms.Duration(wait)}
-}
