@@ -123,3 +123,17 @@ func (k *Kernel) Cancel(stored, tat float64, cost int64) (float64, bool) {
 	}
 	return tat - float64(k.Interval*float64(cost)), true
 }
+
+// SettleTail applies the actual cost of the reservation at the tail of a
+// key's schedule (the caller checked: its commit stored tat, and nothing
+// was granted since), which departs at t: with less, the TAT it stored
+// comes back down as far as its own term allows, max(tat - T*(cost -
+// actual), t + min(T*actual, tau)), all the way for actual 0; with more, it
+// grows by the extra.
+func (k *Kernel) SettleTail(tat, t float64, cost, actual int64) float64 {
+	tc, ta := float64(k.Interval*float64(cost)), float64(k.Interval*float64(actual))
+	if actual == 0 {
+		return tat - tc
+	}
+	return math.Max(tat-(tc-ta), t+math.Min(ta, k.Tau))
+}

@@ -1,0 +1,304 @@
+package gcra
+
+import "math"
+
+// A Ledger is what a key of the GCRA family keeps, beside its TAT, once a
+// reservation on it has been cancelled or settled: enough to give back what
+// a reservation did not use without ever letting the key's departures break
+// the contract. Keys that never settle or cancel have none and pay nothing.
+//
+// # The rule
+//
+// Replay a key's departures in time order, each with its cost c at its
+// instant t, through GCRA: R = max(R, t - ex) + T*c, where ex = max(0, T*c
+// - tau) spreads a cost above the burst over the time before its departure.
+// The departures conform when no step leaves R above t + tau. R is a
+// max-plus fold, so R = max over departures i of (t_i - ex_i) + T*(the cost
+// of every departure at or after t_i), which is at most term(i) = t_i +
+// T*(that cost). The kernel's TAT s is never below R, and a departure
+// granted from s conforms together with every departure already granted,
+// wherever in time it falls.
+//
+// A reservation r at t_r that gives back d ms of cost (T*(reserved -
+// actual)) lowers by d the term of every departure at or before t_r, and
+// leaves the others alone. So the TAT may drop by
+//
+//	refund = min(d, s - Q(t_r)),   Q(t) = max term(i) over departures after t,
+//
+// and no more: a lower TAT would let a new departure fit where the
+// departures after t_r leave no room. The tail of the schedule (nothing
+// after t_r) refunds all of d; a reservation followed by others refunds what
+// their backlog leaves, which is tau - T*c for a departure that waited (the
+// burst it did not use), and nothing once the key has been idle after t_r.
+// The Ledger keeps Q as a staircase of at most MaxMarks steps, each an upper
+// bound on the terms of the departures up to its instant; merging two steps
+// keeps the larger bound, so it only ever refunds less.
+//
+// A reservation cancelled before its slot leaves a hole: the part of its
+// cost the TAT could not take back stays at its instant, and the next
+// reservation that can depart exactly then, and fits, takes it without
+// moving the TAT. A departure replaced by a smaller one at the same instant
+// can only lower terms, so a hole is always safe to fill; it is never moved
+// to another instant, which could be unsafe.
+//
+// Every grant made while a key has a Ledger gets a sequence number, and the
+// Ledger remembers which of the last SeqWindow were settled or cancelled: a
+// reservation settles once, however many copies of it are settled or
+// cancelled, and one older than the window, or granted before the Ledger
+// existed, refunds nothing.
+type Ledger struct {
+	Start float64 // the sequence number before this Ledger's first grant
+	Seq   float64 // the sequence number of its last grant
+	Marks []Mark  // ascending instants, descending bounds; at most MaxMarks
+	Holes []Hole  // ascending instants
+	done  [SeqWindow / 64]uint64
+}
+
+// Mark is one step of the staircase: every departure after the previous
+// step's instant and at or before At has a term of at most Q.
+type Mark struct{ At, Q float64 }
+
+// Hole is cost (ms, T*units) a cancelled reservation left at its instant.
+type Hole struct{ At, Cap float64 }
+
+// MaxMarks is how many steps the staircase keeps.
+const MaxMarks = 4
+
+// SeqWindow is how many of a key's latest grants can still settle.
+const SeqWindow = 4096
+
+// NewLedger returns the Ledger of a key whose TAT is s (Cold for none), at
+// now. Every departure granted so far lies at or before s - T (a grant's
+// TAT is at least its departure plus min(T*c, tau) >= T, and TATs only grow
+// without a Ledger), and its term is at most s: one step says so. Sequence
+// numbers start at now in µs, above those of any earlier Ledger of the key,
+// which went cold before this one was made.
+func (k *Kernel) NewLedger(s, now float64) *Ledger {
+	l := &Ledger{Start: math.Floor(now * 1000)}
+	l.Seq = l.Start
+	// On a key still busy, the departures granted so far get a step with no
+	// bound (their terms are unknown: a cost above the burst has a term
+	// above s): a reservation departing before them refunds nothing. Every
+	// one granted from now on departs after now, and a reservation departing
+	// before a cold key's old departures is never granted.
+	if s > now {
+		l.Marks = append(l.Marks, Mark{At: s - k.Interval, Q: Unbounded})
+	}
+	return l
+}
+
+// Unbounded is the bound of a step whose departures' terms are unknown.
+const Unbounded = 1e300
+
+// q is Q(t): the bound on the terms of the departures after t.
+func (l *Ledger) q(t float64) float64 {
+	q := math.Inf(-1)
+	for _, m := range l.Marks {
+		if m.At > t && m.Q > q {
+			q = m.Q
+		}
+	}
+	return q
+}
+
+// qFrom is the bound on the terms of the departures at or after t.
+func (l *Ledger) qFrom(t float64) float64 {
+	q := math.Inf(-1)
+	for _, m := range l.Marks {
+		if m.At >= t && m.Q > q {
+			q = m.Q
+		}
+	}
+	return q
+}
+
+// grow adds x to every step that may hold a departure at or before t: the
+// steps before t, and the first at or after it.
+func (l *Ledger) grow(t, x float64) {
+	for i := range l.Marks {
+		l.Marks[i].Q += x
+		if l.Marks[i].At >= t {
+			return
+		}
+	}
+}
+
+// Grant records a departure at t of cost units granted from the TAT (not
+// from a hole) and returns its sequence number.
+func (l *Ledger) Grant(k *Kernel, t float64, cost int64) float64 {
+	tc := float64(k.Interval * float64(cost))
+	// Its term: its own cost, and the cost at or after t, which is at most
+	// the bound of the steps there minus t (before grow: they do not hold
+	// this one yet).
+	term := math.Max(t, l.qFrom(t)) + tc
+	l.grow(t, tc)
+	l.mark(t, term)
+	return l.next()
+}
+
+// next numbers a grant and clears its settled flag.
+func (l *Ledger) next() float64 {
+	l.Seq++
+	i := uint64(l.Seq) % SeqWindow
+	l.done[i/64] &^= 1 << (i % 64)
+	return l.Seq
+}
+
+// mark inserts the step (t, q), drops steps it dominates and merges the two
+// earliest while there are too many.
+func (l *Ledger) mark(t, q float64) {
+	i := 0
+	for i < len(l.Marks) && l.Marks[i].At < t {
+		i++
+	}
+	if i < len(l.Marks) && l.Marks[i].At == t {
+		l.Marks[i].Q = math.Max(l.Marks[i].Q, q)
+	} else {
+		l.Marks = append(l.Marks, Mark{})
+		copy(l.Marks[i+1:], l.Marks[i:])
+		l.Marks[i] = Mark{At: t, Q: q}
+	}
+	// A step whose bound a later step reaches adds nothing: the later one
+	// covers its departures too (extending its range backwards).
+	out := l.Marks[:0]
+	for j, m := range l.Marks {
+		dominated := false
+		for _, later := range l.Marks[j+1:] {
+			if later.Q >= m.Q {
+				dominated = true
+				break
+			}
+		}
+		if !dominated {
+			out = append(out, m)
+		}
+	}
+	l.Marks = out
+	for len(l.Marks) > MaxMarks { // the earliest two, as one step with the larger bound
+		l.Marks[1].Q = l.Marks[0].Q
+		l.Marks = append(l.Marks[:0], l.Marks[1:]...)
+	}
+}
+
+// claim marks sequence number seq settled; false when it cannot settle
+// (granted before this Ledger, out of the window, or already settled).
+func (l *Ledger) claim(seq float64) bool {
+	if !(seq > l.Start && seq <= l.Seq && l.Seq-seq < SeqWindow) {
+		return false
+	}
+	i := uint64(seq) % SeqWindow
+	if l.done[i/64]&(1<<(i%64)) != 0 {
+		return false
+	}
+	l.done[i/64] |= 1 << (i % 64)
+	return true
+}
+
+// Settle applies the actual cost of the reservation seq, of cost units at t,
+// to a key whose TAT is s, and returns the TAT to store. Less than reserved
+// gives back what the rule allows; more is charged at once, so that the
+// departures granted after it make room for it; once settled, nothing more
+// happens.
+func (l *Ledger) Settle(k *Kernel, s, t float64, cost, actual int64, seq float64) float64 {
+	if !l.claim(seq) || actual == cost {
+		return s
+	}
+	tc, ta := float64(k.Interval*float64(cost)), float64(k.Interval*float64(actual))
+	if ta > tc { // the extra, at t: every term that includes t grows
+		l.grow(t, ta-tc)
+		return s + (ta - tc)
+	}
+	// Its own term drops by less than the difference when it costs more
+	// than the burst (it was spread over the time before t).
+	own := math.Min(tc, k.Tau) - math.Min(ta, k.Tau)
+	return s - math.Min(own, l.giveBack(s, t, tc-ta))
+}
+
+// giveBack lowers the steps at or before t by d (the terms that held the
+// given-back cost) and returns how far the TAT may drop.
+func (l *Ledger) giveBack(s, t, d float64) float64 {
+	refund := math.Max(0, math.Min(d, s-l.q(t)))
+	for i := range l.Marks {
+		if l.Marks[i].At <= t {
+			l.Marks[i].Q -= d
+		}
+	}
+	return refund
+}
+
+// Cancel gives back the reservation seq, of cost units at t, before t (the
+// caller checks the time): what the TAT may take back it takes, and the rest
+// is left at t as a hole. It returns the TAT to store.
+func (l *Ledger) Cancel(k *Kernel, s, t float64, cost int64, seq float64) float64 {
+	if !l.claim(seq) {
+		return s
+	}
+	tc := float64(k.Interval * float64(cost))
+	refund := math.Max(0, math.Min(tc, s-l.q(t)))
+	// Only the refunded cost leaves the terms: the hole's stays, to be taken.
+	for i := range l.Marks {
+		if l.Marks[i].At <= t {
+			l.Marks[i].Q -= refund
+		}
+	}
+	// The hole holds what is left of the reservation's share of t itself,
+	// min(T*cost, tau): a cost above the burst was spread over the time
+	// before t, which the reservations taking the hole, departing at t,
+	// cannot use.
+	if rest := math.Min(tc, k.Tau) - refund; rest > 0 {
+		l.addHole(t, rest)
+	}
+	return s - refund
+}
+
+func (l *Ledger) addHole(t, c float64) {
+	i := 0
+	for i < len(l.Holes) && l.Holes[i].At < t {
+		i++
+	}
+	if i < len(l.Holes) && l.Holes[i].At == t {
+		l.Holes[i].Cap += c
+		return
+	}
+	l.Holes = append(l.Holes, Hole{})
+	copy(l.Holes[i+1:], l.Holes[i:])
+	l.Holes[i] = Hole{At: t, Cap: c}
+}
+
+// Take gives a reservation of cost at now the earliest hole it fits in, if
+// one lies at or after floor (now, or a pause's end), within MaxWait, and
+// before before (the departure the TAT would give it; +Inf when it would be
+// refused). It drops the holes already past and returns the hole's instant
+// and its sequence number, or ok false.
+func (l *Ledger) Take(k *Kernel, now, floor, before float64, cost int64) (at, seq float64, ok bool) {
+	j := 0
+	for j < len(l.Holes) && l.Holes[j].At < now {
+		j++
+	}
+	if j > 0 {
+		l.Holes = append(l.Holes[:0], l.Holes[j:]...)
+	}
+	tc := float64(k.Interval * float64(cost))
+	for i := range l.Holes {
+		h := &l.Holes[i]
+		if h.At >= before || h.At-now > k.MaxWait {
+			return 0, 0, false
+		}
+		if h.At < floor || h.Cap < tc {
+			continue
+		}
+		at = h.At
+		if h.Cap -= tc; h.Cap < k.Interval { // nothing of cost >= 1 fits any more
+			l.Holes = append(l.Holes[:i], l.Holes[i+1:]...)
+		}
+		return at, l.next(), true
+	}
+	return 0, 0, false
+}
+
+// Idle reports whether the Ledger no longer matters at now for a key whose
+// TAT is s: the key is cold (every departure's term is at most s <= now, so
+// a refund could only lower a TAT already past) and no hole lies ahead.
+func (l *Ledger) Idle(s, now float64) bool {
+	return s <= now && (len(l.Holes) == 0 || l.Holes[len(l.Holes)-1].At < now)
+}
