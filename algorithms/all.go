@@ -17,6 +17,9 @@ type AllDecision struct {
 	// dimension on a tie), or -1 when a pause floor did. On a cost error, the
 	// dimension that refused it.
 	Binding int
+	// Wait is Delay (admitted) or RetryAfter (refused) in unrounded
+	// milliseconds, as the Lua form computes it.
+	Wait float64
 }
 
 // All reserves cost in every dimension at once, or in none. The request
@@ -64,13 +67,13 @@ func AllNotBefore(dims []Dim, now, notBefore float64) (AllDecision, error) {
 	b := &dims[binding]
 	if wait > maxWait {
 		rem, reset := b.Alg.Status(b.State, now)
-		return AllDecision{makeDecision(false, wait-maxWait, rem, reset), bindingOr(floored, binding)}, nil
+		return AllDecision{makeDecision(false, wait-maxWait, rem, reset), bindingOr(floored, binding), wait - maxWait}, nil
 	}
 	for i := range dims {
 		dims[i].State = dims[i].Alg.Commit(dims[i].State, now, wait, dims[i].Cost)
 	}
 	rem, reset := b.Alg.Status(b.State, now)
-	return AllDecision{makeDecision(true, wait, rem, reset), bindingOr(floored, binding)}, nil
+	return AllDecision{makeDecision(true, wait, rem, reset), bindingOr(floored, binding), wait}, nil
 }
 
 func bindingOr(floor bool, binding int) int {

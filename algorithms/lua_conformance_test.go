@@ -156,7 +156,7 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 	for ci, algs := range configs() {
 		keys := make([]string, 0, 2*len(algs))
 		for d := range algs {
-			keys = append(keys, fmt.Sprintf("conf:{%d}:%d:s", ci, d), fmt.Sprintf("conf:{%d}:%d:p", ci, d))
+			keys = append(keys, stateAndPause(fmt.Sprintf("conf:{%d}:%d:s", ci, d))...)
 		}
 		states := make([]algorithms.State, len(algs))
 		now := t0
@@ -205,7 +205,7 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 			if kind, p := algs[0].Params(); len(algs) == 1 && kind == "g" {
 				// The single-dimension GCRA script: the very same reply and
 				// stored state as Reserve, on keys of its own.
-				gkeys := []string{"g" + keys[0], "g" + keys[1]}
+				gkeys := stateAndPause("g" + keys[0])
 				params := script.GCRAParams(p)
 				gv, err := runKept(ctx, client, script.ReserveGCRA, gkeys, script.ReserveGCRAArgs(script.Float(now), &params, cost)...)
 				if err != nil {
@@ -300,7 +300,7 @@ func TestReserveGCRAMatchesReserveUnderPauses(t *testing.T) {
 	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 7, Period: 3 * time.Second, Burst: 2}, 10*time.Second)) // TTLs of 0.4 s and more
 	kind, p := g.Params()
 	params := script.GCRAParams(p)
-	keys, gkeys := []string{"r:{k}", "r:{k}:p"}, []string{"g:{k}", "g:{k}:p"}
+	keys, gkeys := stateAndPause("r:{k}"), stateAndPause("g:{k}")
 	rng := rand.New(rand.NewPCG(9, 9))
 	now := algorithms.Millis(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	floored := 0
@@ -357,7 +357,7 @@ func TestReserveGCRAServerClockNowIsTheScripts(t *testing.T) {
 	params := script.GCRAParams(p)
 	prev := 0.0
 	for i := range 300 {
-		keys := []string{fmt.Sprintf("s:{%d}", i), fmt.Sprintf("s:{%d}:p", i)}
+		keys := stateAndPause(fmt.Sprintf("s:{%d}", i))
 		v, err := script.ReserveGCRA.Run(ctx, client, keys, script.ReserveGCRAArgs(script.ServerTime, &params, 1)...).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -390,7 +390,7 @@ func TestReserveGCRAHandoffFloorMatchesGo(t *testing.T) {
 	g := must(algorithms.NewLeakyBucket(algorithms.Rate{Count: 5, Period: time.Second, Burst: 2}, 5*time.Second))
 	_, p := g.Params()
 	params := script.GCRAParams(p)
-	keys := []string{"h:{k}", "h:{k}:p"}
+	keys := stateAndPause("h:{k}")
 	rng := rand.New(rand.NewPCG(4, 2))
 	now := algorithms.Millis(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	bound, refused := 0, 0
@@ -434,3 +434,7 @@ func TestReserveGCRAHandoffFloorMatchesGo(t *testing.T) {
 		t.Fatalf("the floor bound in %d steps and %d were refused: the test does not exercise both", bound, refused)
 	}
 }
+
+// withLedger returns the keys the scripts take for one dimension whose
+// state key is k: k and its pause key.
+func stateAndPause(k string) []string { return []string{k, k + ":p"} }

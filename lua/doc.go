@@ -5,12 +5,14 @@
 //
 // Lib ports every algorithm line for line (same operations in the same
 // order; Go rounds every product on its own with float64(), and the Lua VM
-// rounds every operation). The entry scripts (Reserve, Cancel, Pause) are
+// rounds every operation). The entry scripts (Reserve, Settle, Pause) are
 // Lib followed by a few lines each. ReserveGCRA serves the common case, one
 // dimension of the leaky bucket or GCRA, without Lib: the same decision and
 // stored state as Reserve at a fraction of its cost; it replies with its
 // transition's inputs and the store recomputes the figures with the Go
-// kernel.
+// kernel. Ledger ports the rule by which a key gives back what settled and
+// cancelled reservations did not use; the scripts call it only for a key
+// that has a Ledger.
 //
 // A key's state is stored as its numbers (%.17g) separated by spaces, with a
 // TTL after which the state is equivalent to a cold key. The conformance

@@ -26,11 +26,18 @@ var (
 	//go:embed reserve_gcra.lua
 	ReserveGCRA string
 
-	// Cancel refunds GCRA reservations whose keys' schedules still end with
-	// them.
+	// Ledger is the rule by which a key of the GCRA family gives back what
+	// reservations did not use (internal/gcra's Ledger), as a function that
+	// the other scripts call when a key has one.
 	//
-	//go:embed cancel.lua
-	Cancel string
+	//go:embed ledger.lua
+	Ledger string
+
+	// Settle gives back what a reservation did not use, settled with its
+	// actual cost or cancelled before its slot.
+	//
+	//go:embed settle.lua
+	Settle string
 
 	// Pause holds keys until now + d.
 	//

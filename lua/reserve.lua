@@ -1,10 +1,12 @@
 
 -- reserve: one transition over N dimensions, all or nothing (a single key is N = 1).
--- KEYS: per dimension, its state key then its pause key.
+-- KEYS: per dimension, its state key K then its pause key (a Ledger lives in
+--   K:l, K:h and K:b: ledger.lua).
 -- ARGV[1]: now in ms ('' for the server's TIME); then per dimension 8 values:
 --   kind, six parameters, cost.
 -- Reply: {allowed '1'|'0', wait-or-retry ms, remaining, reset ms, binding, now,
---   then, when allowed, each dimension's new state[1] (its cancel tag)}.
+--   then, when allowed, each dimension's new state[1] (its cancel tag), then
+--   each dimension's sequence number in its key's Ledger ('0': none)}.
 local now = clock(ARGV[1])
 local n = #KEYS / 2
 local dims = {}
@@ -29,6 +31,16 @@ for i = 1, n do
   if raw == nil then return refuse(i, why) end
   d.st = decode(raw)
   if not d.st then return refuse(i, 'holds a corrupt state') end
+  if d.alg == gcra then -- its Ledger, if it has one (read before anything is written)
+    d.lk = {KEYS[2 * i - 1] .. ':l', KEYS[2 * i - 1] .. ':h', KEYS[2 * i - 1] .. ':b'}
+    local lraw, lwhy = get(d.lk[1])
+    if lraw == nil then return refuse(i, 'ledger key ' .. lwhy) end
+    if lraw then
+      d.led = d.led or ledger_lib()
+      d.l = d.led.decode(lraw)
+      if not d.l then return refuse(i, 'ledger key holds a corrupt value') end
+    end
+  end
   local paused, pwhy = get(KEYS[2 * i])
   if paused == nil then return refuse(i, 'pause key ' .. pwhy) end
   if paused then
@@ -49,6 +61,14 @@ if ok then
     if ttl < 1 then ttl = 1 end
     redis.call('SET', KEYS[2 * i - 1], encode(d.st), 'PX', ttl)
     reply[#reply + 1] = fmt(d.st[1])
+  end
+  for i = 1, n do -- a key of the GCRA family with a Ledger records the departure
+    local d, seq = dims[i], '0'
+    if d.l then
+      seq = fmt(d.led.grant(d.l, d.lk[3], d.p[1], now + wait, d.cost))
+      d.led.save(d.l, d.lk, d.st[1], now)
+    end
+    reply[#reply + 1] = seq
   end
 end
 return reply

@@ -6,13 +6,17 @@
 -- the figures it replies with the transition's inputs, as Redis gave them:
 -- the caller recomputes the figures, bit for bit, with the same Go math
 -- (lua.GCRAReply.Decide).
--- KEYS: the state key, the pause key.
+-- KEYS: the state key K, the pause key. A key with a Ledger keeps it in K:l,
+--   K:h and K:b (ledger.lua), derived here: Redis refuses a command of more
+--   than ten arguments before AUTH, so a reservation passes two keys.
 -- ARGV: now in ms ('' for the server's TIME), interval, tau, max_wait, cost,
 --   and optionally a TAT floor relative to now (ms): the key's schedule is
 --   taken to run at least that far ahead (slots a failure policy granted
 --   while Redis was down, which Redis never saw).
 -- Reply: {allowed '1'|'0', binding '0'|'-1', TIME seconds, TIME microseconds
---   (both '' with a client clock), stored TAT or '', pause floor or ''}.
+--   (both '' with a client clock), stored TAT or '', pause floor or ''}; on a
+--   key with a Ledger, when admitted, then 'g' and the grant's sequence
+--   number, or 'h', the instant of the hole it took and the sequence number.
 local now, sec, usec = nil, '', ''
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -28,7 +32,8 @@ local tc = interval * cost
 if not (cost and cost >= 1 and cost <= 9007199254740992 and cost == math.floor(cost)) or tc - tau > max_wait then
   return redis.error_reply('TKCOST 0 ' .. tostring(ARGV[5]))
 end
-local got = redis.call('MGET', KEYS[1], KEYS[2])
+local lk = {KEYS[1] .. ':l', KEYS[1] .. ':h', KEYS[1] .. ':b'}
+local got = redis.call('MGET', KEYS[1], KEYS[2], lk[1])
 local stored, paused = got[1] or '', got[2] or ''
 local tat = nil
 if got[1] then
@@ -53,6 +58,28 @@ if got[2] then
   end
   if not_before - now > wait then wait, bind = not_before - now, '-1' end
 end
+local led = nil
+if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recorded
+  led = ledger_lib()
+  local l = led.decode(got[3])
+  if not l then return redis.error_reply('TKSTATE 0 ledger key holds a corrupt value') end
+  local floor = now
+  if got[2] then floor = tonumber(got[2]) end
+  if floor < now then floor = now end
+  local before = math.huge
+  if wait <= max_wait then before = now + wait end
+  local at, seq = led.take(l, lk[3], lk[2], interval, max_wait, now, floor, before, cost)
+  if at then
+    led.save(l, lk, tat or now, now)
+    return {'1', bind, sec, usec, stored, paused, 'h', string.format('%.17g', at), string.format('%.17g', seq)}
+  end
+  if wait <= max_wait and led.idle(lk[2], tat or now, now) then -- cold, no hole ahead: start afresh
+    led.drop(lk)
+    led = nil
+  else
+    got[3] = l
+  end
+end
 if wait > max_wait then
   return {'0', bind, sec, usec, stored, paused}
 end
@@ -72,5 +99,11 @@ if type(set) == 'table' and set.err then
     return redis.error_reply('TKSTATE 0 holds a value of another type')
   end
   return redis.error_reply(set.err)
+end
+if led then
+  local l = got[3]
+  local seq = led.grant(l, lk[3], interval, now + wait, cost)
+  led.save(l, lk, next_tat, now)
+  return {'1', bind, sec, usec, stored, paused, 'g', string.format('%.17g', seq)}
 end
 return {'1', bind, sec, usec, stored, paused}

@@ -3,6 +3,7 @@ package shaper
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -311,9 +312,10 @@ func (m *MemoryStore) reserve(d *dim, alg algorithms.Algorithm, key string, cost
 // reserveTAT is reserve for the GCRA family (k is the kernel of d's leaky
 // bucket or of its Allow form), whose keys hold a bare TAT: the kernel's
 // transition, one lookup and one store, and the decision written once, to
-// *dec (the zero Decision). It returns the stored TAT and the generation
-// (see tatKeys.grant): the reservation's tag.
-func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64, now float64, dec *algorithms.Decision) (float64, uint32, error) {
+// *dec (the zero Decision). It returns the reservation's tag (the stored
+// TAT), its generation (see tatKeys.grant), and, on a key with a Ledger, its
+// sequence number (0 without) and its departure in ms (see ledgered).
+func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64, now float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, err error) {
 	sh, sp := m.enter(nsOf(d), key, now)
 	defer sh.mu.Unlock()
 	t := &sp.tats
@@ -321,11 +323,14 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 	tat := gcra.Cold
 	if exists {
 		tat = t.slab[i]
+		if t.led[i] != nil {
+			return m.ledgered(sp, i, k, key, cost, now, dec)
+		}
 	}
 	next, wait, allowed := k.Reserve(tat, now, sp.floor(key, now), cost)
 	if !allowed { // *dec is the caller's zero Decision: set what differs
 		dec.RetryAfter = algorithms.Duration(wait)
-		return 0, 0, nil
+		return 0, 0, 0, 0, nil
 	}
 	dec.Allowed, dec.Delay = true, algorithms.Duration(wait)
 	if exists {
@@ -333,13 +338,43 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 	} else {
 		if !m.claim(sh, now) {
 			*dec = algorithms.Decision{}
-			return 0, 0, ErrStoreFull
+			return 0, 0, 0, 0, ErrStoreFull
 		}
 		k := strings.Clone(key) // do not pin the caller's buffer
 		i = t.add(k, next)
 		m.track(nsOf(d), k, next, false)
 	}
-	return next, t.grant(i), nil
+	return next, t.grant(i), 0, now + wait, nil
+}
+
+// ledgered is reserveTAT on a key with a Ledger: the earliest hole a
+// cancelled reservation left that the request fits in and that comes before
+// its slot, or else the slot, recorded in the Ledger. A Ledger that no
+// longer matters is dropped.
+func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key string, cost int64, now float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, err error) {
+	t := &sp.tats
+	tat, l := t.slab[i], t.led[i]
+	floor := sp.floor(key, now)
+	next, wait, allowed := k.Reserve(tat, now, floor, cost)
+	before := math.Inf(1)
+	if allowed {
+		before = now + wait
+	}
+	if at, seq, ok := l.Take(k, now, floor, before, cost); ok {
+		dec.Allowed, dec.Delay = true, algorithms.Duration(at-now)
+		return tat, t.gens[i], seq, at, nil
+	}
+	if !allowed {
+		dec.RetryAfter = algorithms.Duration(wait)
+		return 0, 0, 0, 0, nil
+	}
+	dec.Allowed, dec.Delay = true, algorithms.Duration(wait)
+	t.slab[i] = next
+	if l.Idle(tat, now) { // cold, no hole ahead: start afresh
+		t.led[i] = nil
+		return next, t.grant(i), 0, now + wait, nil
+	}
+	return next, t.grant(i), l.Grant(k, now+wait, cost), now + wait, nil
 }
 
 // seedTAT raises key's TAT in d's space to at least tat (the GCRA family
@@ -440,13 +475,20 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 		}
 		return err
 	}
-	req.tags, req.gens = req.tags[:0], req.gens[:0] // newMulti's arrays: no allocation up to four dimensions
+	req.tags, req.gens, req.seqs = req.tags[:0], req.gens[:0], req.seqs[:0] // newMulti's arrays: no allocation up to four dimensions
+	req.at = req.now + dec.Wait
 	for i, d := range req.dims {
 		stored, isNew, gen := spaces[i].keys.put(req.keys[i], dims[i].State)
 		if isNew {
 			m.trackState(spaces[i], nsOf(d), stored, dims[i].State, req.now)
 		}
-		req.tags, req.gens = append(req.tags, dims[i].State[0]), append(req.gens, gen)
+		seq := 0.0
+		if t := &spaces[i].tats; t.index != nil && !isNew { // a key of the GCRA family with a Ledger records its departure
+			if j := t.index[req.keys[i]]; t.led[j] != nil {
+				seq = t.led[j].Grant(d.kern, req.at, req.costs[i])
+			}
+		}
+		req.tags, req.gens, req.seqs = append(req.tags, dims[i].State[0]), append(req.gens, gen), append(req.seqs, seq)
 	}
 	return nil
 }
@@ -471,26 +513,53 @@ func (m *MemoryStore) each(ks keyset, f func(sh *memShard, sp *memSpace, d *dim,
 	}
 }
 
-// cancel refunds each key whose schedule still ends with this very
-// reservation: its TAT and its generation both match. A refund bumps the
-// generation, so a second Cancel of the same reservation (a copy of it)
-// refunds nothing, even after a newer reservation stored the same TAT.
-func (m *MemoryStore) cancel(_ context.Context, ks keyset, tags []float64, gens []uint32, costs []int64, _ bool) error {
-	keys := ks.keys
-	m.each(ks, func(_ *memShard, sp *memSpace, d *dim, i int) {
+// settle gives back, per key of the GCRA family, what the reservation did
+// not use. A key without a Ledger refunds only the tail of its schedule
+// (its TAT and generation both match the reservation's; the generation is
+// bumped, so that a copy of the reservation refunds nothing) and gets a
+// Ledger; a key with one follows its rule (gcra.Ledger).
+func (m *MemoryStore) settle(_ context.Context, st *settlement) error {
+	keys := st.keys
+	m.each(st.keyset, func(_ *memShard, sp *memSpace, d *dim, i int) {
 		t := &sp.tats
-		if d.kern == nil || t.index == nil { // only the GCRA family refunds; its keys are bare TATs
+		if d.kern == nil || t.index == nil { // only the GCRA family gives back; its keys are bare TATs
 			return
 		}
-		if j, ok := t.index[keys[i]]; ok && t.gens[j] == gens[i] {
-			var refunded bool
-			if t.slab[j], refunded = d.kern.Cancel(t.slab[j], tags[i], costs[i]); refunded {
-				t.gens[j]++
-				m.track(nsOf(d), strings.Clone(keys[i]), t.slab[j], false) // idle earlier than recorded
-			}
+		j, ok := t.index[keys[i]]
+		if !ok { // evicted: cold, nothing to give back
+			return
+		}
+		before := t.slab[j]
+		t.slab[j] = settleTAT(d.kern, t.slab[j], &t.led[j], &t.gens[j], st, i)
+		if t.slab[j] < before {
+			m.track(nsOf(d), strings.Clone(keys[i]), t.slab[j], false) // idle earlier than recorded
 		}
 	})
 	return nil
+}
+
+// settleTAT is the rule of settle for one key whose TAT is s, Ledger *led
+// and generation *gen (the local twins of a RedisStore follow it too). It
+// returns the TAT to store.
+func settleTAT(k *gcra.Kernel, s float64, led **gcra.Ledger, gen *uint32, st *settlement, i int) float64 {
+	actual := int64(0)
+	if st.actual != nil {
+		actual = st.actual[i]
+	}
+	l := *led
+	switch {
+	case l == nil:
+		if st.seqs[i] == 0 && *gen == st.gens[i] && s == st.tags[i] && actual != st.costs[i] {
+			s = k.SettleTail(s, st.at, st.costs[i], actual)
+			*gen++
+		}
+		*led = k.NewLedger(s, st.now)
+	case st.actual == nil && st.holes:
+		s = l.Cancel(k, s, st.at, st.costs[i], st.seqs[i])
+	default:
+		s = l.Settle(k, s, st.at, st.costs[i], actual, st.seqs[i])
+	}
+	return s
 }
 
 // pause records a pause per key; a new pause record is an entry under

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/gcra"
 )
 
 // keyStates holds one namespace's per-key states in one shard, in the
@@ -38,6 +39,7 @@ type tatKeys struct {
 	index map[string]uint32 // key -> its TAT's index in slab; nil when the namespace keeps States
 	slab  []float64         // TATs; the slots in free are unused
 	gens  []uint32          // per slab slot, the generation of its last reservation (see grant)
+	led   []*gcra.Ledger    // per slab slot, its Ledger once a reservation was settled or cancelled (nil: none)
 	free  []uint32          // slab slots of evicted keys, reused first
 }
 
@@ -47,11 +49,12 @@ func (t *tatKeys) add(key string, tat float64) uint32 {
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i, t.free = t.free[n-1], t.free[:n-1]
-		t.slab[i] = tat
+		t.slab[i], t.led[i] = tat, nil
 	} else {
 		i = uint32(len(t.slab))
 		t.slab = append(t.slab, tat)
 		t.gens = append(t.gens, 0)
+		t.led = append(t.led, nil)
 	}
 	t.index[key] = i
 	return i
@@ -70,6 +73,7 @@ func (t *tatKeys) grant(i uint32) uint32 {
 // drop removes the key whose slab slot is i.
 func (t *tatKeys) drop(key string, i uint32) {
 	delete(t.index, key)
+	t.led[i] = nil
 	t.free = append(t.free, i)
 }
 
@@ -98,13 +102,18 @@ func (t *tatKeys) remove(key string) bool {
 	return ok
 }
 
-// idleAt is the TAT itself: the key is cold once it has passed.
+// idleAt is the TAT itself (the key is cold once it has passed), or its
+// Ledger's last hole if that is later.
 func (t *tatKeys) idleAt(key string, _ float64) (float64, bool) {
 	i, ok := t.index[key]
 	if !ok {
 		return 0, false
 	}
-	return t.slab[i], true
+	at := t.slab[i]
+	if l := t.led[i]; l != nil && len(l.Holes) > 0 {
+		at = max(at, l.Holes[len(l.Holes)-1].At)
+	}
+	return at, true
 }
 
 func (t *tatKeys) all() iter.Seq[string] { return maps.Keys(t.index) }

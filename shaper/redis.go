@@ -221,7 +221,10 @@ func escapePart(s string) string {
 // where E escapes "\", "{" and "}" (T is E, with "" written `\e` so that a
 // tag is never empty), and P escapes ":" as well: the first "{" opens the
 // tag, the first "}" after it closes it, a part after it never holds a raw
-// ":", and a name is never empty.
+// ":", and a name is never empty. A key with a Ledger (see lua.Ledger) keeps
+// it in the state key + ":l", ":h" and ":b", which the scripts derive: a
+// command with more than ten arguments is refused, with the connection
+// closed, before AUTH, so that the keys a reservation passes stay two.
 func redisKeys(ks keyset) []string {
 	keys, tag := ks.keys, ks.slot
 	out := make([]string, 0, 2*len(ks.dims))
@@ -236,6 +239,9 @@ func redisKeys(ks keyset) []string {
 	}
 	return out
 }
+
+// ledgerSuffixes are the suffixes of a state key's Ledger keys (lua.Ledger).
+var ledgerSuffixes = [...]string{":l", ":h", ":b"}
 
 func (r *RedisStore) now(ms float64) string {
 	if r.clientClock {
@@ -442,7 +448,7 @@ func (r *RedisStore) serve(ctx context.Context, req *multi, cause error) error {
 	if err := r.local.reserveAll(ctx, &local); err != nil {
 		return err
 	}
-	req.dec, req.tags, req.gens = local.dec, local.tags, local.gens
+	req.dec, req.tags, req.gens, req.seqs, req.at = local.dec, local.tags, local.gens, local.seqs, local.at
 	if req.dec.Allowed && len(req.dims) == 1 && req.dims[0].kern != nil && len(req.tags) == 1 {
 		r.handoff.granted(req.dims[0], req.keys[0], req.tags[0])
 	}
@@ -472,8 +478,9 @@ func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) e
 	if err != nil {
 		return err
 	}
-	req.dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, rep.Wait), Binding: rep.Binding}
-	req.tags = rep.Tags
+	req.dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, rep.Wait), Binding: rep.Binding, Wait: rep.Wait}
+	req.tags, req.seqs = rep.Tags, rep.Seqs
+	req.at = rep.Now + rep.Wait // as the script computed it
 	return nil
 }
 
@@ -521,9 +528,14 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, al
 	if err != nil {
 		return err
 	}
-	req.dec = algorithms.AllDecision{Decision: decisionOf(allowed, wait), Binding: rep.Binding}
+	req.dec = algorithms.AllDecision{Decision: decisionOf(allowed, wait), Binding: rep.Binding, Wait: wait}
 	if allowed {
-		req.tags = append(req.tags[:0], tag) // newMulti's array: no allocation
+		req.tags = append(req.tags[:0], tag) // newMulti's arrays: no allocation
+		req.seqs = append(req.seqs[:0], rep.Seq)
+		req.at = rep.Now + wait
+		if rep.Took {
+			req.at = rep.Hole
+		}
 		if r.local != nil {
 			// Redis's TAT on this process's clock, read after the reply: later
 			// than on the server's, so the local schedule never starts early.
@@ -537,28 +549,38 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, al
 	return nil
 }
 
-func (r *RedisStore) cancel(ctx context.Context, ks keyset, tags []float64, gens []uint32, costs []int64, local bool) error {
-	if local { // a slot the policy granted: the local store refunds it (FailOpen granted nothing to refund)
-		if r.local == nil || tags == nil || len(gens) != len(tags) {
+func (r *RedisStore) settle(ctx context.Context, st *settlement) error {
+	if st.local { // a slot the policy granted: the local store gives it back (FailOpen granted nothing)
+		if r.local == nil || st.tags == nil || len(st.gens) != len(st.tags) {
 			return nil
 		}
-		return r.local.cancel(ctx, r.twins(ks), tags, gens, costs, false)
+		local := *st
+		local.keyset = r.twins(st.keyset)
+		return r.local.settle(ctx, &local)
 	}
 	var rk []string
-	var args []any
-	all := redisKeys(ks)
-	for i, d := range ks.dims {
+	args := []any{r.now(st.now), script.Float(st.at), "0"}
+	if st.holes {
+		args[2] = "1"
+	}
+	all := redisKeys(st.keyset)
+	for i, d := range st.dims {
 		if d.kern == nil {
 			continue
 		}
 		rk = append(rk, all[2*i])
-		args = append(args, script.Float(tags[i]), script.Float(d.kern.Interval), strconv.FormatInt(costs[i], 10))
+		actual := int64(-1)
+		if st.actual != nil {
+			actual = st.actual[i]
+		}
+		args = append(args, script.Float(st.tags[i]), script.Float(st.seqs[i]), script.Float(d.kern.Interval), script.Float(d.kern.Tau),
+			strconv.FormatInt(st.costs[i], 10), strconv.FormatInt(actual, 10))
 	}
 	if len(rk) == 0 {
 		return nil
 	}
-	return r.write(ctx, "cancel", ks, func(ctx context.Context, probe bool) error {
-		return r.call(ctx, probe, func(ctx context.Context) error { return script.Cancel.Run(ctx, r.client, rk, args...).Err() })
+	return r.write(ctx, "settle", st.keyset, func(ctx context.Context, probe bool) error {
+		return r.call(ctx, probe, func(ctx context.Context) error { return script.Settle.Run(ctx, r.client, rk, args...).Err() })
 	})
 }
 
@@ -581,6 +603,11 @@ func (r *RedisStore) pause(ctx context.Context, ks keyset, now, d float64) error
 
 func (r *RedisStore) reset(ctx context.Context, ks keyset) error {
 	all := redisKeys(ks)
+	for i := range ks.dims {
+		for _, suffix := range ledgerSuffixes {
+			all = append(all, all[2*i]+suffix)
+		}
+	}
 	return r.write(ctx, "reset", ks, func(ctx context.Context, probe bool) error {
 		return r.call(ctx, probe, func(ctx context.Context) error { return r.client.Del(ctx, all...).Err() })
 	})

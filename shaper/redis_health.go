@@ -55,7 +55,9 @@ var downPrefixes = []string{
 }
 
 // configPrefixes report a client that is misconfigured for this server.
-var configPrefixes = []string{"WRONGPASS", "NOAUTH", "NOPERM", "ERR unknown command", "ERR AUTH"}
+// "ERR Protocol error: unauthenticated" is how a server that wants a
+// password answers a command with more than a few arguments before AUTH.
+var configPrefixes = []string{"WRONGPASS", "NOAUTH", "NOPERM", "ERR unknown command", "ERR AUTH", "ERR Protocol error: unauthenticated"}
 
 // classify says what err, from a call whose caller is still waiting, means.
 func classify(err error) failure {

@@ -248,8 +248,10 @@ type Reservation struct {
 	key   string
 	cost  int64
 	tag   float64
+	seq   float64 // its sequence number in its key's Ledger (0: none; see gcra.Ledger)
+	at    float64 // its departure in ms on the store's timeline (0: unknown)
 	m     *multi
-	gen   uint32 // the store's generation of the slot (see MemoryStore.cancel)
+	gen   uint32 // the store's generation of the slot (see MemoryStore.settle)
 	local bool   // granted by the Redis store's failure policy
 	done  bool
 }
@@ -273,10 +275,13 @@ func (r *Reservation) Clock() Clock {
 	return r.s.cfg.clock
 }
 
-// Cancel gives the slot back if its time has not come and nothing reserved
-// after it depends on it (the key's schedule ends with it); otherwise it does
-// nothing, so the contract is never exceeded. It refunds at most once; only
-// the leaky bucket and GCRA refund.
+// Cancel gives the slot back, if its time has not come: the caller will not
+// depart. What the key's schedule can take back without breaking the
+// contract it takes (all of it when nothing was reserved after it); on a
+// shaper of one contract, the rest is handed to the next reservation that
+// can depart at that very instant. After the slot's time it does nothing
+// (the caller may have departed: Settle says what it used). A reservation
+// is cancelled or settled once; only the leaky bucket and GCRA give back.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	if r.s == nil || r.done {
 		return nil
@@ -285,19 +290,68 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	if r.s.cfg.clock.Now().After(r.Time()) {
 		return nil
 	}
-	if r.m != nil {
-		st := startStore(ctx)
-		err := r.s.store.cancel(ctx, r.m.keyset, r.m.tags, r.m.gens, r.m.costs, r.m.local)
-		st.done("cancel", err)
-		return err
+	return r.giveBack(ctx, "cancel", -1)
+}
+
+// Settle records what the call that used r actually cost, once it is known
+// (an LLM API's tokens, a GraphQL query's points): reserve an estimate, call,
+// then settle. Less than reserved gives the difference back to the key, as
+// far as the reservations made after it allow without breaking the contract
+// (docs/GUARANTEES.md says how far); more is charged at once, so that later
+// reservations wait for it; it is never refused, the call has happened. A
+// multi-dimension shaper maps actual through each dimension's Cost, as
+// Reserve mapped the estimate (a request count stays 1). A reservation is
+// settled or cancelled once; only the leaky bucket and GCRA settle, the
+// other algorithms keep what they counted.
+func (r *Reservation) Settle(ctx context.Context, actual int64) error {
+	if actual < 0 {
+		return &CostError{Algorithm: "settle", Cost: actual, Reason: "the actual cost must be >= 0", Key: r.key}
 	}
-	d := r.s.dims[0]
-	if d.kern == nil {
+	if r.s == nil || r.done {
 		return nil
 	}
-	st := startStore(ctx)
-	err := r.s.store.cancel(ctx, keyset{dims: r.s.dims[:1], keys: []string{r.key}, slot: r.key}, []float64{r.tag}, []uint32{r.gen}, []int64{r.cost}, r.local)
-	st.done("cancel", err)
+	r.done = true
+	// Even settled at its cost, the store records it: a copy of r cancelled
+	// later must find it settled.
+	return r.giveBack(ctx, "settle", actual)
+}
+
+// giveBack hands a cancel (actual -1) or a settle to the store, for the
+// dimensions of the GCRA family that took part in r.
+func (r *Reservation) giveBack(ctx context.Context, op string, actual int64) error {
+	s := r.s
+	st := &settlement{at: r.at, now: algorithms.Millis(s.cfg.clock.Now()), local: r.local}
+	if r.m != nil {
+		st.keyset, st.tags, st.gens, st.seqs, st.costs = r.m.keyset, r.m.tags, r.m.gens, r.m.seqs, r.m.costs
+		st.at = r.m.at
+		if actual >= 0 {
+			st.actual = make([]int64, len(r.m.dims))
+			for i, d := range r.m.dims {
+				st.actual[i] = actual
+				if d.cost != nil {
+					if st.actual[i] = d.cost(actual); st.actual[i] < 0 {
+						return &CostError{Algorithm: d.alg.Name(), Cost: st.actual[i], Key: r.key, Dimension: d.name, Reason: fmt.Sprintf("the dimension's Cost mapped the actual cost %d to a negative cost", actual)}
+					}
+				}
+			}
+		}
+	} else {
+		if s.dims[0].kern == nil {
+			return nil
+		}
+		st.keyset = keyset{dims: s.dims[:1], keys: []string{r.key}, slot: r.key}
+		st.tags, st.gens, st.seqs, st.costs = []float64{r.tag}, []uint32{r.gen}, []float64{r.seq}, []int64{r.cost}
+		st.holes = true
+		if actual >= 0 {
+			st.actual = []int64{actual}
+		}
+	}
+	if len(st.tags) != len(st.dims) { // FailOpen granted it: nothing was counted
+		return nil
+	}
+	t := startStore(ctx)
+	err := s.store.settle(ctx, st)
+	t.done(op, err)
 	return err
 }
 
@@ -366,8 +420,9 @@ func (s *Shaper) anchor(now time.Time, local bool) time.Time {
 
 // reserveOne is the single-key branch's store call, after the cost is
 // checked: concrete on a MemoryStore (MemoryStore.reserve), one dimension
-// of reserveAll on any other.
-func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms float64, dec *algorithms.Decision) (tag float64, gen uint32, local bool, err error) {
+// of reserveAll on any other. It returns what a Reservation keeps besides
+// the decision (see Reservation).
+func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, local bool, err error) {
 	d := s.dims[0]
 	alg, k := d.alg, d.kern
 	if allow {
@@ -375,27 +430,27 @@ func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost in
 	}
 	if k == nil || !k.Admissible(cost) { // the GCRA kernel's rule inline; the others' through the interface
 		if err := validCost(d, alg, key, cost); err != nil {
-			return 0, 0, false, err
+			return 0, 0, 0, 0, false, err
 		}
 	}
 	if s.mem == nil {
 		return s.reserveStore(ctx, d, alg, key, cost, ms, dec)
 	}
 	if k != nil { // the leaky bucket and GCRA: the kernel on a bare TAT
-		tag, gen, err = s.mem.reserveTAT(d, k, key, cost, ms, dec)
+		tag, gen, seq, at, err = s.mem.reserveTAT(d, k, key, cost, ms, dec)
 	} else {
 		tag, gen, err = s.mem.reserve(d, alg, key, cost, ms, dec)
 	}
-	return tag, gen, false, err
+	return tag, gen, seq, at, false, err
 }
 
 // reserveStore is reserveOne on a store other than a MemoryStore: one
 // dimension of reserveAll.
-func (s *Shaper) reserveStore(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, ms float64, dec *algorithms.Decision) (tag float64, gen uint32, local bool, err error) {
+func (s *Shaper) reserveStore(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, ms float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, local bool, err error) {
 	req := newMulti(1, ms, key)
 	req.dims, req.algs, req.keys, req.costs = append(req.dims, d), append(req.algs, alg), append(req.keys, key), append(req.costs, cost)
 	if err := s.store.reserveAll(ctx, req); err != nil {
-		return 0, 0, false, err
+		return 0, 0, 0, 0, false, err
 	}
 	*dec = req.dec.Decision
 	if len(req.tags) > 0 {
@@ -404,7 +459,10 @@ func (s *Shaper) reserveStore(ctx context.Context, d *dim, alg algorithms.Algori
 	if len(req.gens) > 0 { // a local slot's generation
 		gen = req.gens[0]
 	}
-	return tag, gen, req.local, nil
+	if len(req.seqs) > 0 {
+		seq = req.seqs[0]
+	}
+	return tag, gen, seq, req.at, req.local, nil
 }
 
 // decide runs one transition for key and cost at the clock's now, writing
@@ -412,13 +470,13 @@ func (s *Shaper) reserveStore(ctx context.Context, d *dim, alg algorithms.Algori
 // Reserve, Allow and Wait, on every store; it never sleeps. It returns what
 // a Reservation holds besides the decision, as scalars that travel in
 // registers (a struct of them is copied through the stack): the instant the
-// delay counts from, the single-key branch's tag and generation (see
-// Cancel), whether a failure policy granted the slot, and the
-// multi-dimension request (nothingToLimit when every dimension was left
-// out).
-func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool, dec *algorithms.Decision) (now time.Time, tag float64, gen uint32, local bool, m *multi, err error) {
+// delay counts from, the single-key branch's tag, generation, sequence
+// number and departure (see Settle), whether a failure policy granted the
+// slot, and the multi-dimension request (nothingToLimit when every
+// dimension was left out).
+func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool, dec *algorithms.Decision) (now time.Time, tag float64, gen uint32, seq, at float64, local bool, m *multi, err error) {
 	if now, err = s.check(ctx, key, cost); err != nil {
-		return now, 0, 0, false, nil, err
+		return now, 0, 0, 0, 0, false, nil, err
 	}
 	ms := algorithms.Millis(now)
 	if !s.single {
@@ -426,18 +484,18 @@ func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool,
 		if m != nil {
 			local = m.local
 		}
-		return s.anchor(now, local), 0, 0, local, m, err
+		return s.anchor(now, local), 0, 0, 0, 0, local, m, err
 	}
 	// The single-key branch: one contract, no mappings; on a memory store
 	// it calls the GCRA kernel directly (reserveOne).
 	if !trace.On() { // programs that never trace: no timer, no context lookup
-		tag, gen, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
+		tag, gen, seq, at, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
 	} else {
 		st := startStore(ctx)
-		tag, gen, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
+		tag, gen, seq, at, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
 		st.done("reserve", err)
 	}
-	return s.anchor(now, local), tag, gen, local, nil, err
+	return s.anchor(now, local), tag, gen, seq, at, local, nil, err
 }
 
 // decideMulti is decide for every other shaper: each dimension's key and
@@ -512,7 +570,7 @@ func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservati
 		return Reservation{}, errNilShaper
 	}
 	var dec algorithms.Decision
-	now, tag, gen, local, m, err := s.decide(ctx, key, cost, false, &dec)
+	now, tag, gen, seq, at, local, m, err := s.decide(ctx, key, cost, false, &dec)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -520,7 +578,7 @@ func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservati
 		return Reservation{}, s.queueFull(key, dec.RetryAfter, binding(m))
 	}
 	// Built in place: the hot path copies no Reservation.
-	return Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
+	return Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag, seq: seq, at: at, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
 }
 
 // Allow admits cost units on key only if they may depart now; it never waits.
@@ -529,7 +587,7 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 		return false, errNilShaper
 	}
 	var dec algorithms.Decision
-	_, _, _, _, _, err := s.decide(ctx, key, cost, true, &dec)
+	_, _, _, _, _, _, _, err := s.decide(ctx, key, cost, true, &dec)
 	return err == nil && dec.Allowed, err
 }
 
@@ -639,7 +697,7 @@ func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) error {
 	start := s.cfg.clock.Now()
 	for {
 		var dec algorithms.Decision
-		now, _, _, _, m, err := s.decide(ctx, key, cost, false, &dec)
+		now, _, _, _, _, _, m, err := s.decide(ctx, key, cost, false, &dec)
 		if err != nil {
 			return err
 		}

@@ -20,11 +20,9 @@ type Store interface {
 	// nothing. (A shaper of one contract on a MemoryStore calls its reserve
 	// instead: see Shaper.reserveOne.)
 	reserveAll(ctx context.Context, req *multi) error
-	// cancel refunds reservations whose keys' schedules still end with them;
-	// tags and gens are what reserve returned (gen: a store's way to tell
-	// reservations with one TAT apart; 0 where it has none), local the
-	// reservation's local flag.
-	cancel(ctx context.Context, ks keyset, tags []float64, gens []uint32, costs []int64, local bool) error
+	// settle gives back what a reservation of the GCRA family did not use
+	// (see settlement): as much as its key's schedule allows, never more.
+	settle(ctx context.Context, st *settlement) error
 	// pause holds every departure on the keys for d ms from now (ms; a store
 	// on the server's clock measures from its own now).
 	pause(ctx context.Context, ks keyset, now, d float64) error
@@ -57,6 +55,7 @@ type multiBuf struct {
 	cost [4]int64
 	tag  [4]float64
 	gen  [4]uint32
+	seq  [4]float64
 }
 
 // newMulti returns an empty request for up to n dimensions at now: one
@@ -66,7 +65,7 @@ func newMulti(n int, now float64, slot string) *multi {
 		return &multi{now: now, keyset: keyset{dims: make([]*dim, 0, n), keys: make([]string, 0, n), slot: slot}, algs: make([]algorithms.Algorithm, 0, n), costs: make([]int64, 0, n)}
 	}
 	b := &multiBuf{}
-	b.multi = multi{now: now, keyset: keyset{dims: b.d[:0], keys: b.key[:0], slot: slot}, algs: b.alg[:0], costs: b.cost[:0], tags: b.tag[:0], gens: b.gen[:0]}
+	b.multi = multi{now: now, keyset: keyset{dims: b.d[:0], keys: b.key[:0], slot: slot}, algs: b.alg[:0], costs: b.cost[:0], tags: b.tag[:0], gens: b.gen[:0], seqs: b.seq[:0]}
 	return &b.multi
 }
 
@@ -79,6 +78,8 @@ type multi struct {
 	dec   algorithms.AllDecision
 	tags  []float64 // per dimension, the first number of its new state (GCRA: the TAT)
 	gens  []uint32  // per dimension, the reservation's generation (memory store, GCRA family)
+	seqs  []float64 // per dimension, its sequence number in the key's Ledger (0: none; see gcra.Ledger)
+	at    float64   // the departure, in ms on the store's timeline
 	local bool      // granted by the failure policy, not by the store (see RedisStore)
 }
 
@@ -91,4 +92,21 @@ func kernelOf(a algorithms.Algorithm) *gcra.Kernel {
 	}
 	_, p := g.Params()
 	return gcra.FromParams(p)
+}
+
+// settlement is a reservation given back (cancelled before its slot) or
+// settled with its actual cost: per dimension that took part, what the
+// store returned for it (its tag, generation and sequence number) and its
+// cost then and now.
+type settlement struct {
+	keyset
+	tags   []float64
+	gens   []uint32
+	seqs   []float64
+	costs  []int64
+	actual []int64 // nil: cancelled
+	at     float64 // the departure, in ms on the store's timeline
+	now    float64 // the shaper's clock, in ms
+	local  bool    // granted by a failure policy (see RedisStore)
+	holes  bool    // a cancel may leave a hole (a shaper of one contract: see gcra.Ledger)
 }

@@ -20,15 +20,15 @@ import (
 var (
 	// Reserve runs one transition over one or more dimensions, all or nothing.
 	// Build its arguments with ReserveArgs and read its reply with ParseReserve.
-	Reserve = redis.NewScript(lua.Lib + lua.Reserve)
+	Reserve = redis.NewScript(lua.Lib + lua.Ledger + lua.Reserve)
 	// ReserveGCRA is Reserve for one dimension of the GCRA family (kind "g"):
 	// the same decision and the same stored state, at a fraction of Reserve's
 	// cost inside Redis. Build its arguments with ReserveGCRAArgs; read its
 	// reply with ParseReserveGCRA and turn it into the decision with
 	// GCRAReply.Decide.
-	ReserveGCRA = redis.NewScript(lua.ReserveGCRA)
-	// Cancel refunds GCRA reservations whose keys' schedules still end with them.
-	Cancel = redis.NewScript(lua.Lib + lua.Cancel)
+	ReserveGCRA = redis.NewScript(lua.Ledger + lua.ReserveGCRA)
+	// Settle gives back what a reservation did not use (see SettleArgs).
+	Settle = redis.NewScript(lua.Lib + lua.Ledger + lua.Settle)
 	// Pause holds keys until now + d.
 	Pause = redis.NewScript(lua.Lib + lua.Pause)
 )
@@ -87,6 +87,13 @@ type GCRAReply struct {
 	// ReserveGCRA's sixth argument (0: none); the caller sets it after
 	// ParseReserveGCRA, and Decide applies it as the script did.
 	Handoff float64
+	// Seq is the grant's sequence number in the key's Ledger (0: the key
+	// has none).
+	Seq float64
+	// Took says the reservation took a hole (see gcra.Ledger): it departs
+	// at Hole, and the TAT did not move.
+	Took bool
+	Hole float64
 }
 
 // ParseReserveGCRA reads ReserveGCRA's reply, checking every element. now is
@@ -94,10 +101,10 @@ type GCRAReply struct {
 // script read the server's TIME).
 func ParseReserveGCRA(v any, now float64) (GCRAReply, error) {
 	items, ok := v.([]any)
-	if !ok || len(items) != 6 {
+	if !ok || (len(items) != 6 && len(items) != 8 && len(items) != 9) {
 		return GCRAReply{}, fmt.Errorf("throttlekit: unexpected reserve reply %v", v)
 	}
-	var s [6]string
+	var s [9]string
 	for i, it := range items {
 		if s[i], ok = it.(string); !ok {
 			return GCRAReply{}, fmt.Errorf("throttlekit: reserve reply element %d is %T, want a string", i, it)
@@ -133,6 +140,20 @@ func ParseReserveGCRA(v any, now float64) (GCRAReply, error) {
 			return bad(err)
 		}
 	}
+	switch {
+	case len(items) == 8 && s[6] == "g":
+		r.Seq, err = strconv.ParseFloat(s[7], 64)
+	case len(items) == 9 && s[6] == "h":
+		r.Took = true
+		if r.Hole, err = strconv.ParseFloat(s[7], 64); err == nil {
+			r.Seq, err = strconv.ParseFloat(s[8], 64)
+		}
+	case len(items) != 6:
+		err = fmt.Errorf("unknown Ledger reply %q", s[6])
+	}
+	if err != nil {
+		return bad(err)
+	}
 	return r, nil
 }
 
@@ -144,6 +165,9 @@ func ParseReserveGCRA(v any, now float64) (GCRAReply, error) {
 // Go's; the script's decision must agree with them, and an error says so if
 // it does not.
 func (r GCRAReply) Decide(k *gcra.Kernel, cost int64) (allowed bool, wait, tag float64, err error) {
+	if r.Took { // a hole: the script decided on the key's Ledger, which Go does not hold
+		return true, r.Hole - r.Now, r.TAT, nil
+	}
 	tat := r.TAT
 	if r.Handoff > 0 {
 		if f := r.Now + r.Handoff; f > tat {
@@ -167,6 +191,7 @@ type Reply struct {
 	Binding   int     // the binding dimension (0-based), -1 for a pause
 	Now       float64 // the instant the script decided at (ms)
 	Tags      []float64
+	Seqs      []float64 // per dimension, its sequence number in its key's Ledger (0: none)
 }
 
 // ParseReserve reads Reserve's reply, checking every element.
@@ -197,12 +222,15 @@ func ParseReserve(v any, dims int) (Reply, error) {
 		return Reply{}, fmt.Errorf("throttlekit: reserve reply: %w", err)
 	}
 	if r.Allowed {
-		if len(s) != 6+dims {
-			return Reply{}, fmt.Errorf("throttlekit: reserve reply has %d tags, want %d", len(s)-6, dims)
+		if len(s) != 6+2*dims {
+			return Reply{}, fmt.Errorf("throttlekit: reserve reply has %d tags and sequence numbers, want %d", len(s)-6, 2*dims)
 		}
-		r.Tags = make([]float64, dims)
+		r.Tags, r.Seqs = make([]float64, dims), make([]float64, dims)
 		for i := range r.Tags {
 			if r.Tags[i], err = strconv.ParseFloat(s[6+i], 64); err != nil {
+				return Reply{}, fmt.Errorf("throttlekit: reserve reply: %w", err)
+			}
+			if r.Seqs[i], err = strconv.ParseFloat(s[6+dims+i], 64); err != nil {
 				return Reply{}, fmt.Errorf("throttlekit: reserve reply: %w", err)
 			}
 		}

@@ -1,0 +1,205 @@
+-- ledger: internal/gcra's Ledger (ledger.go), operation for operation: what a
+-- key of the GCRA family keeps once a reservation on it was settled or
+-- cancelled, so that what it did not use goes back without breaking the
+-- contract. ledger_lib() builds its functions only when a script needs them
+-- (a key without a Ledger pays for one closure). A key K's Ledger lives in
+-- K:l ("start seq n at1 q1 ... atn qn": the staircase), its holes in the sorted
+-- set K:h (score: the instant; member: "at cap") and its settled flags in the
+-- bitmap K:b.
+local function ledger_lib()
+  local W, UNBOUNDED, MAX_MARKS, MAX_LOOK = 4096, 1e300, 4, 64
+  local L = {}
+  local function num(x) return string.format('%.17g', x) end
+
+  function L.decode(raw)
+    local v = {}
+    for w in string.gmatch(raw, '%S+') do
+      local x = tonumber(w)
+      if not x or x ~= x then return nil end
+      v[#v + 1] = x
+    end
+    if #v < 3 or #v ~= 3 + 2 * v[3] then return nil end
+    local l = {start = v[1], seq = v[2], marks = {}}
+    for i = 1, v[3] do l.marks[i] = {v[2 + 2 * i], v[3 + 2 * i]} end
+    return l
+  end
+
+  function L.encode(l)
+    local out = {num(l.start), num(l.seq), tostring(#l.marks)}
+    for _, m in ipairs(l.marks) do
+      out[#out + 1] = num(m[1])
+      out[#out + 1] = num(m[2])
+    end
+    return table.concat(out, ' ')
+  end
+
+  -- new: gcra.Kernel.NewLedger.
+  function L.new(s, now, interval)
+    local start = math.floor(now * 1000)
+    local l = {start = start, seq = start, marks = {}}
+    if s and s > now then l.marks[1] = {s - interval, UNBOUNDED} end
+    return l
+  end
+
+  local function q(l, t) -- the bound after t
+    local r = -math.huge
+    for _, m in ipairs(l.marks) do
+      if m[1] > t and m[2] > r then r = m[2] end
+    end
+    return r
+  end
+
+  local function q_from(l, t) -- the bound at or after t
+    local r = -math.huge
+    for _, m in ipairs(l.marks) do
+      if m[1] >= t and m[2] > r then r = m[2] end
+    end
+    return r
+  end
+
+  local function grow(l, t, x)
+    for _, m in ipairs(l.marks) do
+      m[2] = m[2] + x
+      if m[1] >= t then return end
+    end
+  end
+
+  local function mark(l, t, qv)
+    local ms = l.marks
+    local i = 1
+    while i <= #ms and ms[i][1] < t do i = i + 1 end
+    if i <= #ms and ms[i][1] == t then
+      if qv > ms[i][2] then ms[i][2] = qv end
+    else
+      table.insert(ms, i, {t, qv})
+    end
+    local out = {}
+    for j = 1, #ms do
+      local dominated = false
+      for k = j + 1, #ms do
+        if ms[k][2] >= ms[j][2] then dominated = true break end
+      end
+      if not dominated then out[#out + 1] = ms[j] end
+    end
+    while #out > MAX_MARKS do
+      out[2][2] = out[1][2]
+      table.remove(out, 1)
+    end
+    l.marks = out
+  end
+
+  local function next_seq(l, bits)
+    l.seq = l.seq + 1
+    redis.call('SETBIT', bits, l.seq % W, 0)
+    return l.seq
+  end
+
+  local function claim(l, bits, seq)
+    if not (seq > l.start and seq <= l.seq and l.seq - seq < W) then return false end
+    return redis.call('SETBIT', bits, seq % W, 1) == 0
+  end
+
+  -- grant: Ledger.Grant.
+  function L.grant(l, bits, interval, t, cost)
+    local tc = interval * cost
+    local base = q_from(l, t)
+    if t > base then base = t end
+    local term = base + tc
+    grow(l, t, tc)
+    mark(l, t, term)
+    return next_seq(l, bits)
+  end
+
+  local function give_back(l, s, t, d)
+    local refund = s - q(l, t)
+    if d < refund then refund = d end
+    if refund < 0 then refund = 0 end
+    for _, m in ipairs(l.marks) do
+      if m[1] <= t then m[2] = m[2] - d end
+    end
+    return refund
+  end
+
+  -- settle: Ledger.Settle; returns the TAT to store.
+  function L.settle(l, bits, interval, tau, s, t, cost, actual, seq)
+    if not claim(l, bits, seq) or actual == cost then return s end
+    local tc, ta = interval * cost, interval * actual
+    if ta > tc then
+      grow(l, t, ta - tc)
+      return s + (ta - tc)
+    end
+    local own = math.min(tc, tau) - math.min(ta, tau)
+    local refund = give_back(l, s, t, tc - ta)
+    if own < refund then refund = own end
+    return s - refund
+  end
+
+  local function add_hole(holes, t, c)
+    local got = redis.call('ZRANGEBYSCORE', holes, num(t), num(t))
+    if got[1] then
+      local cap = tonumber(string.match(got[1], ' (%S+)$'))
+      redis.call('ZREM', holes, got[1])
+      c = cap + c
+    end
+    redis.call('ZADD', holes, num(t), num(t) .. ' ' .. num(c))
+  end
+
+  -- cancel: Ledger.Cancel; returns the TAT to store.
+  function L.cancel(l, bits, holes, interval, tau, s, t, cost, seq)
+    if not claim(l, bits, seq) then return s end
+    local tc = interval * cost
+    local refund = s - q(l, t)
+    if tc < refund then refund = tc end
+    if refund < 0 then refund = 0 end
+    for _, m in ipairs(l.marks) do
+      if m[1] <= t then m[2] = m[2] - refund end
+    end
+    local rest = math.min(tc, tau) - refund
+    if rest > 0 then add_hole(holes, t, rest) end
+    return s - refund
+  end
+
+  -- take: Ledger.Take; returns the hole's instant and the sequence number,
+  -- or nil.
+  function L.take(l, bits, holes, interval, max_wait, now, floor, before, cost)
+    redis.call('ZREMRANGEBYSCORE', holes, '-inf', '(' .. num(now))
+    local hi = '+inf'
+    if before ~= math.huge then hi = '(' .. num(before) end
+    local got = redis.call('ZRANGEBYSCORE', holes, num(now), hi, 'LIMIT', 0, MAX_LOOK)
+    local tc = interval * cost
+    for _, member in ipairs(got) do
+      local at_s, cap_s = string.match(member, '^(%S+) (%S+)$')
+      local at, cap = tonumber(at_s), tonumber(cap_s)
+      if at - now > max_wait then return nil end
+      if at >= floor and cap >= tc then
+        redis.call('ZREM', holes, member)
+        cap = cap - tc
+        if cap >= interval then redis.call('ZADD', holes, at_s, at_s .. ' ' .. num(cap)) end
+        return at, next_seq(l, bits)
+      end
+    end
+    return nil
+  end
+
+  -- idle: Ledger.Idle (after take dropped the holes already past).
+  function L.idle(holes, s, now)
+    return s <= now and not redis.call('ZRANGEBYSCORE', holes, num(now), '+inf', 'LIMIT', 0, 1)[1]
+  end
+
+  -- save writes the Ledger and gives its keys the time to live of a key
+  -- whose TAT is s: until s, or its last hole, has passed.
+  function L.save(l, keys, s, now)
+    local horizon = s
+    local last = redis.call('ZRANGE', keys[2], -1, -1, 'WITHSCORES')
+    if last[2] and tonumber(last[2]) > horizon then horizon = tonumber(last[2]) end
+    local ttl = math.ceil(horizon - now)
+    if ttl < 1 then ttl = 1 end
+    redis.call('SET', keys[1], L.encode(l), 'PX', ttl)
+    redis.call('PEXPIRE', keys[2], ttl)
+    redis.call('PEXPIRE', keys[3], ttl)
+  end
+
+  function L.drop(keys) redis.call('DEL', keys[1], keys[2], keys[3]) end
+
+  return L
+end

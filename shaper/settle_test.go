@@ -1,0 +1,198 @@
+package shaper
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/internal/timer"
+)
+
+// gave is one departure as the partner sees it: its instant (ms) and its
+// actual cost in one dimension.
+type gave struct {
+	at   float64
+	cost int64
+}
+
+// conformsTo replays departures in time order through the definition of
+// the contract (GCRA with interval T and tolerance tau; a cost above the
+// burst spread over the time before it departs) and returns a description
+// of the first one that does not fit. It shares no code with the library.
+func conformsTo(interval, tau float64, deps []gave) error {
+	deps = slices.Clone(deps)
+	slices.SortStableFunc(deps, func(a, b gave) int {
+		switch {
+		case a.at < b.at:
+			return -1
+		case a.at > b.at:
+			return 1
+		}
+		return 0
+	})
+	r := math.Inf(-1)
+	for i, d := range deps {
+		if d.cost == 0 {
+			continue
+		}
+		tc := interval * float64(d.cost)
+		r = math.Max(r, d.at-math.Max(0, tc-tau)) + tc
+		if r > d.at+tau+1e-4 { // Time() is rounded to the nanosecond
+			return fmt.Errorf("departure %d of %d (at %.3f ms, cost %d) leaves the replay %.3f ms ahead, tau %.0f", i, len(deps), d.at, d.cost, r-d.at, tau)
+		}
+	}
+	return nil
+}
+
+// settleRun drives one seed of random reserve / wait / pause / cancel /
+// settle calls (copies of reservations cancelled and settled again,
+// cancels after the slot) on a shaper of one contract, or of two
+// dimensions (requests cost 1, tokens cost the request's cost), and
+// returns each dimension's departures with their actual costs, the
+// transcript of decisions, and how many reservations departed before a
+// slot granted earlier (a hole or a refund used).
+func settleRun(t *testing.T, store Store, name string, seed uint64, multi bool) (deps [2][]gave, transcript []string, reused int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 16))
+	burst := int64(1 + rng.IntN(5))
+	clock := timer.NewFake(t0)
+	var s *Shaper
+	var err error
+	if multi {
+		s, err = All(store, []Dimension{
+			{Name: "req", Rate: PerSecond(10).WithBurst(burst), Cost: func(int64) int64 { return 1 }},
+			{Name: "tok", Rate: PerSecond(40).WithBurst(4 * burst)},
+		}, WithClock(clock), WithMaxQueue(time.Hour), WithName(name))
+	} else {
+		s, err = New(store, PerSecond(10).WithBurst(burst), WithClock(clock), WithMaxQueue(time.Hour), WithName(name))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	type held struct {
+		r         Reservation
+		cancelled bool  // before its time, first: its caller never departs
+		actual    int64 // -1 until settled first
+	}
+	var all []*held
+	latest := time.Time{}
+	for step := range 250 {
+		switch op := rng.IntN(20); {
+		case op < 8:
+			cost := int64(1 + rng.IntN(int(burst)+2))
+			r, err := s.Reserve(bg, "k", cost)
+			if err != nil {
+				transcript = append(transcript, fmt.Sprintf("%d reserve %d: %v", step, cost, errText(err)))
+				continue
+			}
+			transcript = append(transcript, fmt.Sprintf("%d reserve %d: %v", step, cost, r.Time().Sub(t0)))
+			if r.Time().Before(latest) {
+				reused++
+			}
+			if r.Time().After(latest) {
+				latest = r.Time()
+			}
+			all = append(all, &held{r: r, actual: -1})
+		case op < 11 && len(all) > 0:
+			h := all[rng.IntN(len(all))]
+			c := h.r // a copy, as a caller passing it by value holds it
+			if !h.cancelled && h.actual < 0 && !clock.Now().After(h.r.Time()) {
+				h.cancelled = true
+			}
+			if err := c.Cancel(bg); err != nil {
+				t.Fatal(err)
+			}
+		case op < 15 && len(all) > 0:
+			h := all[rng.IntN(len(all))]
+			c := h.r
+			actual := rng.Int64N(h.r.cost + 1)
+			if !h.cancelled && h.actual < 0 {
+				h.actual = actual
+			}
+			if err := c.Settle(bg, actual); err != nil {
+				t.Fatal(err)
+			}
+		case op == 15:
+			if err := s.Pause(bg, "k", time.Duration(rng.IntN(400))*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			clock.Advance(time.Duration(rng.IntN(250)) * time.Millisecond)
+		}
+	}
+	for _, h := range all {
+		if h.cancelled {
+			continue
+		}
+		c := h.r.cost
+		if h.actual >= 0 {
+			c = h.actual
+		}
+		at := float64(h.r.Time().Sub(t0)) / 1e6
+		deps[0] = append(deps[0], gave{at, c})
+		if multi {
+			deps[0][len(deps[0])-1].cost = min(c, 1)
+			deps[1] = append(deps[1], gave{at, c})
+		}
+	}
+	return deps, transcript, reused
+}
+
+// The guarantee, with settling and cancelling, on every store: whatever
+// callers cancel and settle (for at most what they reserved), copies and
+// late calls included, the departures they make, each with its actual
+// cost, conform to the contract in every dimension; and Redis (a node and
+// the 3-master cluster) decides exactly as memory does.
+func TestSettledAndCancelledSlotsKeepTheContract(t *testing.T) {
+	t.Parallel()
+	_, node := redisClient(t)
+	cluster := redistest.StartCluster(t).Client(t)
+	stores := map[string]func() Store{
+		"memory":  func() Store { return NewMemoryStore(WithSweepInterval(0)) },
+		"redis":   func() Store { return NewRedisStore(node, WithClientClock()) },
+		"cluster": func() Store { return NewRedisStore(cluster, WithClientClock()) },
+	}
+	for _, multi := range []bool{false, true} {
+		reused := 0
+		for seed := range uint64(40) {
+			var want []string
+			for _, st := range []string{"memory", "redis", "cluster"} {
+				store := stores[st]()
+				name := fmt.Sprintf("settle-%v-%d", multi, seed)
+				deps, transcript, n := settleRun(t, store, name, seed, multi)
+				_ = store.(interface{ Close() error }).Close()
+				rates := []float64{100, 25}
+				for d := range deps {
+					burst := float64(1 + rand.New(rand.NewPCG(seed, 16)).IntN(5))
+					tau := rates[d] * burst
+					if d == 1 {
+						tau = rates[d] * 4 * burst
+					}
+					if err := conformsTo(rates[d], tau, deps[d]); err != nil {
+						t.Fatalf("%s, multi %v, seed %d, dimension %d: %v", st, multi, seed, d, err)
+					}
+				}
+				if st == "memory" {
+					want, reused = transcript, reused+n
+				} else if !slices.Equal(transcript, want) {
+					for i := range min(len(want), len(transcript)) {
+						if want[i] != transcript[i] {
+							t.Fatalf("%s, multi %v, seed %d: step %q, memory %q", st, multi, seed, transcript[i], want[i])
+						}
+					}
+					t.Fatalf("%s, multi %v, seed %d: %d steps, memory %d", st, multi, seed, len(transcript), len(want))
+				}
+			}
+		}
+		if reused < 20 {
+			t.Fatalf("multi %v: only %d reservations used a slot given back: the property is not exercised", multi, reused)
+		}
+	}
+}
+
+var _ redis.UniversalClient = (*redis.Client)(nil)
