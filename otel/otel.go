@@ -300,10 +300,18 @@ func (w *Reserver) Reserve(ctx context.Context, key string, cost int64) (shaper.
 // span is recording, Wait also runs in a child span "throttlekit.Wait" (no
 // root spans are made for calls outside a trace).
 func (w *Reserver) Wait(ctx context.Context, key string, cost int64) error {
+	_, err := w.Acquire(ctx, key, cost)
+	return err
+}
+
+// Acquire is Wait that returns the reservation the request departs on (see
+// shaper.Shaper.Acquire), recorded as Wait is. A wrapped Reserver without an
+// Acquire method waits, and the zero Reservation is returned.
+func (w *Reserver) Acquire(ctx context.Context, key string, cost int64) (shaper.Reservation, error) {
 	parent := trace.SpanFromContext(ctx)
 	if w.inner == nil {
 		w.record(ctx, parent, "throttlekit.wait", key, 0, errNil)
-		return errNil
+		return shaper.Reservation{}, errNil
 	}
 	var child trace.Span
 	inner := ctx
@@ -312,7 +320,15 @@ func (w *Reserver) Wait(ctx context.Context, key string, cost int64) error {
 	}
 	w.waiting.Add(ctx, 1, w.limOnly)
 	start := time.Now()
-	err := w.inner.Wait(itrace.With(inner, w.trace), key, cost)
+	var res shaper.Reservation
+	var err error
+	if a, ok := w.inner.(interface {
+		Acquire(context.Context, string, int64) (shaper.Reservation, error)
+	}); ok {
+		res, err = a.Acquire(itrace.With(inner, w.trace), key, cost)
+	} else {
+		err = w.inner.Wait(itrace.With(inner, w.trace), key, cost)
+	}
 	took := time.Since(start)
 	w.waiting.Add(ctx, -1, w.limOnly)
 	outcome := w.record(ctx, parent, "throttlekit.wait", key, took, err)
@@ -326,7 +342,7 @@ func (w *Reserver) Wait(ctx context.Context, key string, cost int64) error {
 		}
 		child.End()
 	}
-	return err
+	return res, err
 }
 
 // Pause delegates to the wrapped Reserver's Pause, counts a successful pause

@@ -50,6 +50,21 @@ func (r *router) Wait(ctx context.Context, key string, cost int64) error {
 	return to.Wait(ctx, key, cost)
 }
 
+// Acquire acquires on the Reserver key routes to (see Shaper.Acquire); one
+// without an Acquire method waits, and the zero Reservation is returned.
+func (r *router) Acquire(ctx context.Context, key string, cost int64) (Reservation, error) {
+	to, err := r.to(key)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if a, ok := to.(interface {
+		Acquire(context.Context, string, int64) (Reservation, error)
+	}); ok {
+		return a.Acquire(ctx, key, cost)
+	}
+	return Reservation{}, to.Wait(ctx, key, cost)
+}
+
 // Pause pauses key on the Reserver it routes to.
 func (r *router) Pause(ctx context.Context, key string, d time.Duration) error {
 	to, err := r.to(key)

@@ -598,27 +598,45 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 // algorithms other than the leaky bucket, Wait sleeps until the request
 // would be admitted and retries, for at most MaxQueue.
 func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
+	_, err := s.Acquire(ctx, key, cost)
+	return err
+}
+
+// Acquire is Wait that returns the reservation the request departs on, to
+// Settle once the call's actual cost is known:
+//
+//	r, err := s.Acquire(ctx, "account-42", estimate)
+//	...call, and read its usage...
+//	_ = r.Settle(ctx, used)
+//
+// For algorithms other than the leaky bucket it returns the zero
+// Reservation (they hold no slot; settling it does nothing).
+func (s *Shaper) Acquire(ctx context.Context, key string, cost int64) (Reservation, error) {
 	if s == nil {
-		return errNilShaper
+		return Reservation{}, errNilShaper
 	}
 	if !s.queues {
-		return s.waitRetry(ctx, key, cost)
+		return Reservation{}, s.waitRetry(ctx, key, cost)
 	}
 	// A pause extended while we wait for it: look again, a few times.
+	var r Reservation
 	for range 4 {
-		r, err := s.Reserve(ctx, key, cost)
-		if err != nil {
-			return err
+		var err error
+		if r, err = s.Reserve(ctx, key, cost); err != nil {
+			return Reservation{}, err
 		}
 		if r.Delay <= 0 {
-			return nil
+			return r, nil
 		}
 		paused, err := s.sleepChecking(ctx, key, r)
-		if err != nil || !paused {
-			return err
+		if err != nil {
+			return Reservation{}, err
+		}
+		if !paused {
+			return r, nil
 		}
 	}
-	return nil
+	return r, nil
 }
 
 // pauseLead is how long before a slot Wait asks a remote store whether the

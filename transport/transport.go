@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/shaper"
@@ -109,38 +110,95 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	key, cost := t.key(req), t.cost(req)
 	ctx := req.Context()
-	if err := t.wait(ctx, key, cost); err != nil {
+	res, err := t.wait(ctx, key, cost)
+	if err != nil {
 		if req.Body != nil {
 			_ = req.Body.Close()
 		}
 		return nil, err
 	}
+	if res != nil { // the request carries its reservation, for Settle
+		req = req.WithContext(context.WithValue(ctx, ticketKey{}, &ticket{r: *res}))
+	}
 	resp, err := t.baseRT().RoundTrip(req)
+	if err == nil && resp.Request == nil {
+		resp.Request = req
+	}
 	if err == nil && t.feedback {
 		t.learn(ctx, key, resp)
 	}
 	return resp, err
 }
 
-// wait reserves the slot and sleeps until it, within WithMaxWait.
-func (t *Transport) wait(ctx context.Context, key string, cost int64) error {
+// acquirer is a Reserver that returns the reservation a request departs on
+// (shaper.Shaper.Acquire; Route's and otel.Wrap's Reservers forward it).
+type acquirer interface {
+	Acquire(ctx context.Context, key string, cost int64) (shaper.Reservation, error)
+}
+
+// wait reserves the slot and sleeps until it, within WithMaxWait. It
+// returns the reservation when the Reserver tells it (see acquirer).
+func (t *Transport) wait(ctx context.Context, key string, cost int64) (*shaper.Reservation, error) {
 	if t.maxWait <= 0 {
-		return t.r.Wait(ctx, key, cost)
+		return t.acquire(ctx, key, cost)
 	}
 	wctx, cancel := context.WithTimeout(ctx, t.maxWait)
 	defer cancel()
-	err := t.r.Wait(wctx, key, cost)
+	res, err := t.acquire(wctx, key, cost)
 	if err == nil || ctx.Err() != nil {
-		return err
+		return res, err
 	}
 	// wctx's deadline, not the caller's, refused the slot: that is MaxWait.
 	var de *shaper.DeadlineError
 	if errors.As(err, &de) {
 		if dl, ok := ctx.Deadline(); !ok || de.Delay <= time.Until(dl) {
-			return &shaper.QueueFullError{Key: key, Delay: de.Delay, MaxQueue: t.maxWait}
+			return nil, &shaper.QueueFullError{Key: key, Delay: de.Delay, MaxQueue: t.maxWait}
 		}
 	}
-	return err
+	return nil, err
+}
+
+func (t *Transport) acquire(ctx context.Context, key string, cost int64) (*shaper.Reservation, error) {
+	a, ok := t.r.(acquirer)
+	if !ok {
+		return nil, t.r.Wait(ctx, key, cost)
+	}
+	res, err := a.Acquire(ctx, key, cost)
+	if err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// ticketKey is the context key under which a request sent by a Transport
+// carries the reservation it departed on.
+type ticketKey struct{}
+
+type ticket struct {
+	mu sync.Mutex
+	r  shaper.Reservation
+}
+
+// Settle records the actual cost of the call that resp answers, once the
+// caller has read it (an LLM API's token usage in the body, say), on the
+// reservation the Transport made for it with WithCost's estimate (see
+// shaper.Reservation.Settle: less gives the difference back, more is
+// charged). With go-retryablehttp it settles the last attempt's. A response
+// that did not come through a Transport whose Reserver returns its
+// reservations (a *shaper.Shaper, or Route and otel.Wrap over one) fails
+// with a *shaper.ConfigError. A reservation is settled once.
+func Settle(ctx context.Context, resp *http.Response, actual int64) error {
+	var tk *ticket
+	if resp != nil && resp.Request != nil {
+		tk, _ = resp.Request.Context().Value(ticketKey{}).(*ticket)
+	}
+	if tk == nil {
+		return &shaper.ConfigError{Algorithm: "transport", Field: "Settle", Value: nil,
+			Reason: "the response did not come through a Transport whose Reserver returns its reservations"}
+	}
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	return tk.r.Settle(ctx, actual)
 }
 
 // learn pauses the key when the partner says so.
