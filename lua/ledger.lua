@@ -7,7 +7,7 @@
 -- set K:h (score: the instant; member: "at cap") and its settled flags in the
 -- bitmap K:b.
 local function ledger_lib()
-  local W, UNBOUNDED, MAX_MARKS, MAX_LOOK = 4096, 1e300, 4, 64
+  local W, UNBOUNDED, MAX_MARKS, MAX_LOOK = 4096, 1e300, 8, 64
   local L = {}
   local function num(x) return string.format('%.17g', x) end
 
@@ -81,9 +81,13 @@ local function ledger_lib()
       end
       if not dominated then out[#out + 1] = ms[j] end
     end
-    while #out > MAX_MARKS do
-      out[2][2] = out[1][2]
-      table.remove(out, 1)
+    while #out > MAX_MARKS do -- the closest neighbours become one step
+      local i = 1
+      for j = 2, #out - 1 do
+        if out[j][2] - out[j + 1][2] < out[i][2] - out[i + 1][2] then i = j end
+      end
+      out[i + 1][2] = out[i][2]
+      table.remove(out, i)
     end
     l.marks = out
   end
@@ -198,8 +202,6 @@ local function ledger_lib()
     redis.call('PEXPIRE', keys[2], ttl)
     redis.call('PEXPIRE', keys[3], ttl)
   end
-
-  function L.drop(keys) redis.call('DEL', keys[1], keys[2], keys[3]) end
 
   return L
 end

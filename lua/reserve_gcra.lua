@@ -73,12 +73,10 @@ if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recor
     led.save(l, lk, tat or now, now)
     return {'1', bind, sec, usec, stored, paused, 'h', string.format('%.17g', at), string.format('%.17g', seq)}
   end
-  if wait <= max_wait and led.idle(lk[2], tat or now, now) then -- cold, no hole ahead: start afresh
-    led.drop(lk)
-    led = nil
-  else
-    got[3] = l
+  if wait <= max_wait and led.idle(lk[2], tat or now, now) then -- cold, no hole ahead: a fresh Ledger
+    l = led.new(tat, now, interval)
   end
+  got[3] = l
 end
 if wait > max_wait then
   return {'0', bind, sec, usec, stored, paused}

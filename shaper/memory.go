@@ -349,8 +349,10 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 
 // ledgered is reserveTAT on a key with a Ledger: the earliest hole a
 // cancelled reservation left that the request fits in and that comes before
-// its slot, or else the slot, recorded in the Ledger. A Ledger that no
-// longer matters is dropped.
+// its slot, or else the slot, recorded in the Ledger. A key that once gave
+// back keeps a Ledger while it is held (a Ledger made on a busy key cannot
+// refund the reservations departing before its older departures): on a
+// cold key it starts afresh.
 func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key string, cost int64, now float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, err error) {
 	t := &sp.tats
 	tat, l := t.slab[i], t.led[i]
@@ -370,9 +372,9 @@ func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key strin
 	}
 	dec.Allowed, dec.Delay = true, algorithms.Duration(wait)
 	t.slab[i] = next
-	if l.Idle(tat, now) { // cold, no hole ahead: start afresh
-		t.led[i] = nil
-		return next, t.grant(i), 0, now + wait, nil
+	if l.Idle(tat, now) { // cold, no hole ahead: a fresh Ledger, whose steps know every departure
+		l = k.NewLedger(tat, now)
+		t.led[i] = l
 	}
 	return next, t.grant(i), l.Grant(k, now+wait, cost), now + wait, nil
 }

@@ -62,7 +62,7 @@ type Mark struct{ At, Q float64 }
 type Hole struct{ At, Cap float64 }
 
 // MaxMarks is how many steps the staircase keeps.
-const MaxMarks = 4
+const MaxMarks = 8
 
 // SeqWindow is how many of a key's latest grants can still settle.
 const SeqWindow = 4096
@@ -174,9 +174,17 @@ func (l *Ledger) mark(t, q float64) {
 		}
 	}
 	l.Marks = out
-	for len(l.Marks) > MaxMarks { // the earliest two, as one step with the larger bound
-		l.Marks[1].Q = l.Marks[0].Q
-		l.Marks = append(l.Marks[:0], l.Marks[1:]...)
+	// Too many: the two neighbours whose bounds differ least become one step
+	// with the larger bound, so that a query between them loses the least.
+	for len(l.Marks) > MaxMarks {
+		i := 0
+		for j := 1; j+1 < len(l.Marks); j++ {
+			if l.Marks[j].Q-l.Marks[j+1].Q < l.Marks[i].Q-l.Marks[i+1].Q {
+				i = j
+			}
+		}
+		l.Marks[i+1].Q = l.Marks[i].Q
+		l.Marks = append(l.Marks[:i], l.Marks[i+1:]...)
 	}
 }
 

@@ -16,3 +16,20 @@ func MostInOneSecond(ts []time.Time) int {
 	}
 	return most
 }
+
+// MostWeightInOneSecond returns the largest sum of weights (weights[i] for
+// ts[i], in order) that falls in any half-open 1 s window: the most tokens
+// a partner saw in one second, say.
+func MostWeightInOneSecond(ts []time.Time, weights []int64) int64 {
+	var most, sum int64
+	j := 0
+	for i := range ts {
+		sum += weights[i]
+		for ts[i].Sub(ts[j]) >= time.Second {
+			sum -= weights[j]
+			j++
+		}
+		most = max(most, sum)
+	}
+	return most
+}
