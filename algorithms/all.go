@@ -1,5 +1,7 @@
 package algorithms
 
+import "math"
+
 // Dim is one dimension of a multi-dimension limit for [All]: an algorithm, the
 // state of its key, and the cost of the request in that dimension's units
 // (for example 1 request, or 700 tokens).
@@ -41,13 +43,20 @@ func All(dims []Dim, now float64) (AllDecision, error) {
 // [ReserveNotBefore]). When the floor is what delays the request, Binding is
 // -1.
 func AllNotBefore(dims []Dim, now, notBefore float64) (AllDecision, error) {
+	return AllWithin(dims, now, notBefore, math.Inf(1))
+}
+
+// AllWithin is [AllNotBefore] for a caller that waits at most maxWait ms (a
+// deadline): a request whose departure is further away is refused, as one
+// past the dimensions' MaxWait is, and nothing is written.
+func AllWithin(dims []Dim, now, notBefore, maxWait float64) (AllDecision, error) {
 	if len(dims) == 0 {
 		panic("throttlekit: algorithms.All with no dimensions")
 	}
 	if !finite(now) || !finite(notBefore) {
 		return AllDecision{}, ErrInvalidTime
 	}
-	maxWait := dims[0].Alg.MaxWait()
+	maxWait = min(maxWait, dims[0].Alg.MaxWait())
 	for i := range dims {
 		if err := dims[i].Alg.ValidateCost(dims[i].Cost); err != nil {
 			return AllDecision{Binding: i}, err

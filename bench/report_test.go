@@ -39,12 +39,18 @@ type scale struct {
 	fleetFor  time.Duration
 	fleetN    int
 	keysBig   int
+	// giveBack: settling and cancelled slots (settle_test.go)
+	cancelWaiters int
+	giveBackFor   time.Duration
+	giveBackWarm  time.Duration
 }
 
 var full = scale{runs: 3, benchtime: "1s", pacing: 3 * time.Second, rates: []int{100, 1000, 5000}, waiters: []int{1, 16},
-	redisFor: 2 * time.Second, fleetFor: 5 * time.Second, fleetN: 4, keysBig: 1_000_000}
+	redisFor: 2 * time.Second, fleetFor: 5 * time.Second, fleetN: 4, keysBig: 1_000_000,
+	cancelWaiters: 1000, giveBackFor: 15 * time.Second, giveBackWarm: 5 * time.Second}
 var smoke = scale{runs: 1, benchtime: "2000x", pacing: 300 * time.Millisecond, rates: []int{1000}, waiters: []int{1},
-	redisFor: 200 * time.Millisecond, fleetFor: time.Second, fleetN: 2, keysBig: 20_000}
+	redisFor: 200 * time.Millisecond, fleetFor: time.Second, fleetN: 2, keysBig: 20_000,
+	cancelWaiters: 100, giveBackFor: 1500 * time.Millisecond, giveBackWarm: 500 * time.Millisecond}
 
 func median(xs []float64) float64 {
 	xs = slices.Clone(xs)
@@ -88,6 +94,7 @@ func TestReport(t *testing.T) {
 	r.inProcess(t)
 	r.keyed(t)
 	r.pacing(t)
+	r.giveBack(t)
 	r.redis(t)
 	r.fleet(t)
 	r.printf("\n## Targets missed\n\n")
@@ -104,7 +111,7 @@ func TestReport(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pacing.svg"), []byte(r.svg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## In-process", "## Keyed", "## Pacing", "## Redis", "## Fleet"} {
+	for _, want := range []string{"## In-process", "## Keyed", "## Pacing", "## Settle and cancel", "## Redis", "## Fleet"} {
 		if !strings.Contains(r.md.String(), want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -4,8 +4,9 @@
 -- contract. ledger_lib() builds its functions only when a script needs them
 -- (a key without a Ledger pays for one closure). A key K's Ledger lives in
 -- K:l ("start seq n at1 q1 ... atn qn": the staircase), its holes in the sorted
--- set K:h (score: the instant; member: "at cap") and its settled flags in the
--- bitmap K:b.
+-- set K:h (score: the instant; member: "at cap"), its settled flags in the
+-- bitmap K:b, and the tags of reservations granted before it that were given
+-- back, until they pass, in the sorted set K:c.
 local function ledger_lib()
   local W, UNBOUNDED, MAX_MARKS, MAX_LOOK = 4096, 1e300, 8, 64
   local L = {}
@@ -98,6 +99,14 @@ local function ledger_lib()
     return l.seq
   end
 
+  -- claim_pre: Ledger.claimPre, on the sorted set pre.
+  local function claim_pre(pre, tag, now)
+    redis.call('ZREMRANGEBYSCORE', pre, '-inf', '(' .. num(now))
+    if tag < now then return false end
+    return redis.call('ZADD', pre, 'NX', num(tag), num(tag)) == 1
+  end
+  L.claim_pre = claim_pre
+
   local function claim(l, bits, seq)
     if not (seq > l.start and seq <= l.seq and l.seq - seq < W) then return false end
     return redis.call('SETBIT', bits, seq % W, 1) == 0
@@ -124,10 +133,18 @@ local function ledger_lib()
     return refund
   end
 
-  -- settle: Ledger.Settle; returns the TAT to store.
-  function L.settle(l, bits, interval, tau, s, t, cost, actual, seq)
-    if not claim(l, bits, seq) or actual == cost then return s end
+  -- settle: Ledger.Settle; returns the TAT to store. keys: K:l, K:h, K:b, K:c.
+  function L.settle(l, keys, interval, tau, s, t, cost, actual, seq, tag, now)
     local tc, ta = interval * cost, interval * actual
+    if seq == 0 then
+      if tag >= now and not claim_pre(keys[4], tag, now) then return s end
+      if ta > tc then
+        grow(l, t, ta - tc)
+        return s + (ta - tc)
+      end
+      return s
+    end
+    if not claim(l, keys[3], seq) or actual == cost then return s end
     if ta > tc then
       grow(l, t, ta - tc)
       return s + (ta - tc)
@@ -148,9 +165,10 @@ local function ledger_lib()
     redis.call('ZADD', holes, num(t), num(t) .. ' ' .. num(c))
   end
 
-  -- cancel: Ledger.Cancel; returns the TAT to store.
-  function L.cancel(l, bits, holes, interval, tau, s, t, cost, seq)
-    if not claim(l, bits, seq) then return s end
+  -- cancel: Ledger.Cancel; returns the TAT to store. keys: K:l, K:h, K:b, K:c.
+  function L.cancel(l, keys, interval, tau, s, t, cost, seq, tag, now)
+    if seq == 0 and not claim_pre(keys[4], tag, now) or seq ~= 0 and not claim(l, keys[3], seq) then return s end
+    local holes = keys[2]
     local tc = interval * cost
     local refund = s - q(l, t)
     if tc < refund then refund = tc end
@@ -186,21 +204,26 @@ local function ledger_lib()
   end
 
   -- idle: Ledger.Idle (after take dropped the holes already past).
-  function L.idle(holes, s, now)
-    return s <= now and not redis.call('ZRANGEBYSCORE', holes, num(now), '+inf', 'LIMIT', 0, 1)[1]
+  function L.idle(keys, s, now)
+    return s <= now and not redis.call('ZRANGEBYSCORE', keys[2], num(now), '+inf', 'LIMIT', 0, 1)[1]
+      and not redis.call('ZRANGEBYSCORE', keys[4], num(now), '+inf', 'LIMIT', 0, 1)[1]
   end
 
   -- save writes the Ledger and gives its keys the time to live of a key
-  -- whose TAT is s: until s, or its last hole, has passed.
+  -- whose TAT is s: until s, its last hole and its last claimed tag have
+  -- passed.
   function L.save(l, keys, s, now)
     local horizon = s
-    local last = redis.call('ZRANGE', keys[2], -1, -1, 'WITHSCORES')
-    if last[2] and tonumber(last[2]) > horizon then horizon = tonumber(last[2]) end
+    for _, z in ipairs({keys[2], keys[4]}) do -- the last hole, the last claimed tag
+      local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
+      if last[2] and tonumber(last[2]) > horizon then horizon = tonumber(last[2]) end
+    end
     local ttl = math.ceil(horizon - now)
     if ttl < 1 then ttl = 1 end
     redis.call('SET', keys[1], L.encode(l), 'PX', ttl)
     redis.call('PEXPIRE', keys[2], ttl)
     redis.call('PEXPIRE', keys[3], ttl)
+    redis.call('PEXPIRE', keys[4], ttl)
   end
 
   return L

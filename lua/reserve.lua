@@ -32,7 +32,7 @@ for i = 1, n do
   d.st = decode(raw)
   if not d.st then return refuse(i, 'holds a corrupt state') end
   if d.alg == gcra then -- its Ledger, if it has one (read before anything is written)
-    d.lk = {KEYS[2 * i - 1] .. ':l', KEYS[2 * i - 1] .. ':h', KEYS[2 * i - 1] .. ':b'}
+    d.lk = {KEYS[2 * i - 1] .. ':l', KEYS[2 * i - 1] .. ':h', KEYS[2 * i - 1] .. ':b', KEYS[2 * i - 1] .. ':c'}
     local lraw, lwhy = get(d.lk[1])
     if lraw == nil then return refuse(i, 'ledger key ' .. lwhy) end
     if lraw then

@@ -7,7 +7,7 @@
 -- the caller recomputes the figures, bit for bit, with the same Go math
 -- (lua.GCRAReply.Decide).
 -- KEYS: the state key K, the pause key. A key with a Ledger keeps it in K:l,
---   K:h and K:b (ledger.lua), derived here: Redis refuses a command of more
+--   K:h, K:b and K:c (ledger.lua), derived here: Redis refuses a command of more
 --   than ten arguments before AUTH, so a reservation passes two keys.
 -- ARGV: now in ms ('' for the server's TIME), interval, tau, max_wait, cost,
 --   and optionally a TAT floor relative to now (ms): the key's schedule is
@@ -32,7 +32,7 @@ local tc = interval * cost
 if not (cost and cost >= 1 and cost <= 9007199254740992 and cost == math.floor(cost)) or tc - tau > max_wait then
   return redis.error_reply('TKCOST 0 ' .. tostring(ARGV[5]))
 end
-local lk = {KEYS[1] .. ':l', KEYS[1] .. ':h', KEYS[1] .. ':b'}
+local lk = {KEYS[1] .. ':l', KEYS[1] .. ':h', KEYS[1] .. ':b', KEYS[1] .. ':c'}
 local got = redis.call('MGET', KEYS[1], KEYS[2], lk[1])
 local stored, paused = got[1] or '', got[2] or ''
 local tat = nil
@@ -73,7 +73,7 @@ if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recor
     led.save(l, lk, tat or now, now)
     return {'1', bind, sec, usec, stored, paused, 'h', string.format('%.17g', at), string.format('%.17g', seq)}
   end
-  if wait <= max_wait and led.idle(lk[2], tat or now, now) then -- cold, no hole ahead: a fresh Ledger
+  if wait <= max_wait and led.idle(lk, tat or now, now) then -- cold, no hole ahead: a fresh Ledger
     l = led.new(tat, now, interval)
   end
   got[3] = l

@@ -4,7 +4,7 @@
 -- Cancel). A key without a Ledger gives back only the tail of its schedule
 -- (gcra.Kernel.SettleTail, when its TAT is still the reservation's tag) and
 -- gets a Ledger; a key with one follows its rule (ledger.lua).
--- KEYS: per key, its state key K (its Ledger lives in K:l, K:h and K:b).
+-- KEYS: per key, its state key K (its Ledger lives in K:l, K:h, K:b, K:c).
 -- ARGV: now in ms ('' for the server's TIME), the departure in ms, '1' when a
 --   cancel may leave a hole (a shaper of one contract), then per key 6
 --   values: tag, sequence number ('0': none), interval, tau, cost, actual
@@ -17,7 +17,7 @@ local n = #KEYS
 local work = {}
 for i = 1, n do -- read and check everything before writing anything
   local a = 3 + (i - 1) * 6
-  local w = {sk = KEYS[i], lk = {KEYS[i] .. ':l', KEYS[i] .. ':h', KEYS[i] .. ':b'},
+  local w = {sk = KEYS[i], lk = {KEYS[i] .. ':l', KEYS[i] .. ':h', KEYS[i] .. ':b', KEYS[i] .. ':c'},
              tag = tonumber(ARGV[a + 1]), seq = tonumber(ARGV[a + 2]), interval = tonumber(ARGV[a + 3]),
              tau = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), actual = tonumber(ARGV[a + 6])}
   local raw, why = get(w.sk)
@@ -39,20 +39,22 @@ local changed = 0
 for _, w in ipairs(work) do
   local s, act = w.s, w.actual
   if act < 0 then act = 0 end
-  if not w.l then
-    if w.seq == 0 and s == w.tag and act ~= w.cost then
-      local tc, ta = w.interval * w.cost, w.interval * act
-      if act == 0 then
-        s = s - tc
-      else
-        s = math.max(s - (tc - ta), at + math.min(ta, w.tau))
-      end
+  if not w.l and w.seq == 0 and s == w.tag then -- the tail: all of it comes back, and a Ledger begins
+    local tc, ta = w.interval * w.cost, w.interval * act
+    if act == 0 then
+      s = s - tc
+    else
+      s = math.max(s - (tc - ta), at + math.min(ta, w.tau))
     end
     w.l = led.new(s, now, w.interval)
-  elseif w.actual < 0 and holes_ok then
-    s = led.cancel(w.l, w.lk[3], w.lk[2], w.interval, w.tau, s, at, w.cost, w.seq)
+    led.claim_pre(w.lk[4], w.tag, now)
   else
-    s = led.settle(w.l, w.lk[3], w.interval, w.tau, s, at, w.cost, act, w.seq)
+    if not w.l then w.l = led.new(s, now, w.interval) end
+    if w.actual < 0 and holes_ok then
+      s = led.cancel(w.l, w.lk, w.interval, w.tau, s, at, w.cost, w.seq, w.tag, now)
+    else
+      s = led.settle(w.l, w.lk, w.interval, w.tau, s, at, w.cost, act, w.seq, w.tag, now)
+    end
   end
   if s ~= w.s then
     local ttl = math.ceil(s - now)

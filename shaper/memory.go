@@ -466,7 +466,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 			return ErrStoreFull
 		}
 	}
-	dec, err := algorithms.AllNotBefore(dims, req.now, floor)
+	dec, err := algorithms.AllWithin(dims, req.now, floor, req.limit)
 	req.dec = dec
 	if err != nil || !dec.Allowed {
 		for range fresh {
@@ -548,20 +548,21 @@ func settleTAT(k *gcra.Kernel, s float64, led **gcra.Ledger, gen *uint32, st *se
 	if st.actual != nil {
 		actual = st.actual[i]
 	}
-	l := *led
-	switch {
-	case l == nil:
-		if st.seqs[i] == 0 && *gen == st.gens[i] && s == st.tags[i] && actual != st.costs[i] {
+	if *led == nil {
+		if st.seqs[i] == 0 && *gen == st.gens[i] && s == st.tags[i] {
+			// The tail: all of it comes back, and a Ledger begins.
 			s = k.SettleTail(s, st.at, st.costs[i], actual)
 			*gen++
+			*led = k.NewLedger(s, st.now)
+			(*led).Claim(st.tags[i], st.now)
+			return s
 		}
 		*led = k.NewLedger(s, st.now)
-	case st.actual == nil && st.holes:
-		s = l.Cancel(k, s, st.at, st.costs[i], st.seqs[i])
-	default:
-		s = l.Settle(k, s, st.at, st.costs[i], actual, st.seqs[i])
 	}
-	return s
+	if st.actual == nil && st.holes {
+		return (*led).Cancel(k, s, st.at, st.costs[i], st.seqs[i], st.tags[i], st.now)
+	}
+	return (*led).Settle(k, s, st.at, st.costs[i], actual, st.seqs[i], st.tags[i], st.now)
 }
 
 // pause records a pause per key; a new pause record is an entry under

@@ -103,15 +103,15 @@ func (t *tatKeys) remove(key string) bool {
 }
 
 // idleAt is the TAT itself (the key is cold once it has passed), or its
-// Ledger's last hole if that is later.
+// Ledger's horizon if that is later.
 func (t *tatKeys) idleAt(key string, _ float64) (float64, bool) {
 	i, ok := t.index[key]
 	if !ok {
 		return 0, false
 	}
 	at := t.slab[i]
-	if l := t.led[i]; l != nil && len(l.Holes) > 0 {
-		at = max(at, l.Holes[len(l.Holes)-1].At)
+	if l := t.led[i]; l != nil {
+		at = max(at, l.Horizon())
 	}
 	return at, true
 }

@@ -222,7 +222,7 @@ func escapePart(s string) string {
 // tag is never empty), and P escapes ":" as well: the first "{" opens the
 // tag, the first "}" after it closes it, a part after it never holds a raw
 // ":", and a name is never empty. A key with a Ledger (see lua.Ledger) keeps
-// it in the state key + ":l", ":h" and ":b", which the scripts derive: a
+// it in the state key + ":l", ":h", ":b" and ":c", which the scripts derive: a
 // command with more than ten arguments is refused, with the connection
 // closed, before AUTH, so that the keys a reservation passes stay two.
 func redisKeys(ks keyset) []string {
@@ -241,7 +241,7 @@ func redisKeys(ks keyset) []string {
 }
 
 // ledgerSuffixes are the suffixes of a state key's Ledger keys (lua.Ledger).
-var ledgerSuffixes = [...]string{":l", ":h", ":b"}
+var ledgerSuffixes = [...]string{":l", ":h", ":b", ":c"}
 
 func (r *RedisStore) now(ms float64) string {
 	if r.clientClock {
@@ -462,6 +462,9 @@ func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) e
 	ldims := make([]script.Dim, len(req.dims))
 	for i, a := range req.algs {
 		kind, p := a.Params()
+		if kind == "g" && req.limit < p[2] { // the caller's deadline: GCRA's max_wait
+			p[2] = max(req.limit, 0)
+		}
 		ldims[i] = script.Dim{Kind: kind, Params: p, Cost: req.costs[i]}
 	}
 	keys := redisKeys(req.keyset)
@@ -504,6 +507,12 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, al
 	keys := redisKeys(req.keyset)
 	now := r.now(req.now)
 	args := script.ReserveGCRAArgs(now, params, req.costs[0])
+	if req.limit < k.MaxWait { // the caller's deadline comes first: the script waits no longer
+		within := *k
+		within.MaxWait = max(req.limit, 0)
+		k = &within
+		args[3] = script.Float(k.MaxWait)
+	}
 	floor := 0.0
 	if r.local != nil && r.handoff.pending() {
 		if floor = r.handoff.floor(d, req.keys[0], algorithms.Millis(d.clock.Now())); floor > 0 {

@@ -552,6 +552,11 @@ func TestRedisFailLocalHandsTheScheduleOver(t *testing.T) {
 	// 1/s: the slots Redis grants run seconds ahead, so they are still
 	// pending when the store turns local however slowly the client fails.
 	srv, s := failLocalShaper(t, "handoff")
+	// Load the script first: a first call that also loads it (NOSCRIPT,
+	// then EVAL) replies later than the next, and its slot's anchor on this
+	// process's clock is that much later (the slots are 1 s apart on Redis's
+	// timeline, which is what the contract is about).
+	mustReserve(t, s, "warm-up", 1)
 	var slots []time.Time
 	reserve := func(wantLocal bool) {
 		t.Helper()

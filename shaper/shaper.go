@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -422,11 +423,17 @@ func (s *Shaper) anchor(now time.Time, local bool) time.Time {
 // checked: concrete on a MemoryStore (MemoryStore.reserve), one dimension
 // of reserveAll on any other. It returns what a Reservation keeps besides
 // the decision (see Reservation).
-func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, local bool, err error) {
+func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms, limit float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, local bool, err error) {
 	d := s.dims[0]
 	alg, k := d.alg, d.kern
 	if allow {
 		alg, k = d.allow, d.kernAllow
+	}
+	var within gcra.Kernel
+	if k != nil && limit < k.MaxWait { // the caller's deadline comes first: the kernel waits no longer
+		within = *k
+		within.MaxWait = max(limit, 0)
+		k = &within
 	}
 	if k == nil || !k.Admissible(cost) { // the GCRA kernel's rule inline; the others' through the interface
 		if err := validCost(d, alg, key, cost); err != nil {
@@ -434,7 +441,7 @@ func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost in
 		}
 	}
 	if s.mem == nil {
-		return s.reserveStore(ctx, d, alg, key, cost, ms, dec)
+		return s.reserveStore(ctx, d, alg, key, cost, ms, limit, dec)
 	}
 	if k != nil { // the leaky bucket and GCRA: the kernel on a bare TAT
 		tag, gen, seq, at, err = s.mem.reserveTAT(d, k, key, cost, ms, dec)
@@ -446,8 +453,9 @@ func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost in
 
 // reserveStore is reserveOne on a store other than a MemoryStore: one
 // dimension of reserveAll.
-func (s *Shaper) reserveStore(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, ms float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, local bool, err error) {
+func (s *Shaper) reserveStore(ctx context.Context, d *dim, alg algorithms.Algorithm, key string, cost int64, ms, limit float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, local bool, err error) {
 	req := newMulti(1, ms, key)
+	req.limit = limit
 	req.dims, req.algs, req.keys, req.costs = append(req.dims, d), append(req.algs, alg), append(req.keys, key), append(req.costs, cost)
 	if err := s.store.reserveAll(ctx, req); err != nil {
 		return 0, 0, 0, 0, false, err
@@ -474,13 +482,13 @@ func (s *Shaper) reserveStore(ctx context.Context, d *dim, alg algorithms.Algori
 // number and departure (see Settle), whether a failure policy granted the
 // slot, and the multi-dimension request (nothingToLimit when every
 // dimension was left out).
-func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool, dec *algorithms.Decision) (now time.Time, tag float64, gen uint32, seq, at float64, local bool, m *multi, err error) {
+func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool, limit float64, dec *algorithms.Decision) (now time.Time, tag float64, gen uint32, seq, at float64, local bool, m *multi, err error) {
 	if now, err = s.check(ctx, key, cost); err != nil {
 		return now, 0, 0, 0, 0, false, nil, err
 	}
 	ms := algorithms.Millis(now)
 	if !s.single {
-		m, err = s.decideMulti(ctx, key, cost, allow, ms, dec)
+		m, err = s.decideMulti(ctx, key, cost, allow, ms, limit, dec)
 		if m != nil {
 			local = m.local
 		}
@@ -489,10 +497,10 @@ func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool,
 	// The single-key branch: one contract, no mappings; on a memory store
 	// it calls the GCRA kernel directly (reserveOne).
 	if !trace.On() { // programs that never trace: no timer, no context lookup
-		tag, gen, seq, at, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
+		tag, gen, seq, at, local, err = s.reserveOne(ctx, allow, key, cost, ms, limit, dec)
 	} else {
 		st := startStore(ctx)
-		tag, gen, seq, at, local, err = s.reserveOne(ctx, allow, key, cost, ms, dec)
+		tag, gen, seq, at, local, err = s.reserveOne(ctx, allow, key, cost, ms, limit, dec)
 		st.done("reserve", err)
 	}
 	return s.anchor(now, local), tag, gen, seq, at, local, nil, err
@@ -500,8 +508,9 @@ func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool,
 
 // decideMulti is decide for every other shaper: each dimension's key and
 // cost mapped, then one transition over all of them in the store.
-func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow bool, ms float64, dec *algorithms.Decision) (*multi, error) {
+func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow bool, ms, limit float64, dec *algorithms.Decision) (*multi, error) {
 	req := newMulti(len(s.dims), ms, s.slotOf(key))
+	req.limit = limit
 	for _, d := range s.dims {
 		c, k := cost, key
 		if d.cost != nil {
@@ -566,15 +575,34 @@ func (s *Shaper) queueFull(key string, retryAfter time.Duration, binding string)
 // leaky bucket, Delay says how long to wait; the other algorithms admit (Delay
 // 0) or refuse. A refusal is a *QueueFullError and consumes nothing.
 func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservation, error) {
+	return s.reserve(ctx, key, cost, noLimit)
+}
+
+// noLimit is the limit of a reservation that only MaxQueue bounds.
+var noLimit = math.Inf(1)
+
+// reserve is Reserve for a caller that waits at most limit ms (its
+// deadline): a slot further away is refused, with a *DeadlineError, before
+// anything is written, so that the budget it would have held is not held
+// in the meantime by a slot nobody uses.
+func (s *Shaper) reserve(ctx context.Context, key string, cost int64, limit float64) (Reservation, error) {
 	if s == nil {
 		return Reservation{}, errNilShaper
 	}
 	var dec algorithms.Decision
-	now, tag, gen, seq, at, local, m, err := s.decide(ctx, key, cost, false, &dec)
+	now, tag, gen, seq, at, local, m, err := s.decide(ctx, key, cost, false, limit, &dec)
 	if err != nil {
 		return Reservation{}, err
 	}
 	if !dec.Allowed {
+		if bound := algorithms.Duration(max(limit, 0)); limit < noLimit && s.queues && bound < s.cfg.maxQueue {
+			wait := dec.RetryAfter + bound
+			if wait <= s.cfg.maxQueue { // within MaxQueue: the deadline refused it
+				dl, _ := ctx.Deadline()
+				return Reservation{}, &DeadlineError{Key: key, Delay: wait, Deadline: dl}
+			}
+			return Reservation{}, s.queueFull(key, wait-s.cfg.maxQueue, binding(m))
+		}
 		return Reservation{}, s.queueFull(key, dec.RetryAfter, binding(m))
 	}
 	// Built in place: the hot path copies no Reservation.
@@ -587,7 +615,7 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 		return false, errNilShaper
 	}
 	var dec algorithms.Decision
-	_, _, _, _, _, _, _, err := s.decide(ctx, key, cost, true, &dec)
+	_, _, _, _, _, _, _, err := s.decide(ctx, key, cost, true, noLimit, &dec)
 	return err == nil && dec.Allowed, err
 }
 
@@ -621,8 +649,12 @@ func (s *Shaper) Acquire(ctx context.Context, key string, cost int64) (Reservati
 	// A pause extended while we wait for it: look again, a few times.
 	var r Reservation
 	for range 4 {
+		limit := noLimit
+		if dl, ok := ctx.Deadline(); ok {
+			limit = algorithms.DurationMillis(time.Until(dl))
+		}
 		var err error
-		if r, err = s.Reserve(ctx, key, cost); err != nil {
+		if r, err = s.reserve(ctx, key, cost, limit); err != nil {
 			return Reservation{}, err
 		}
 		if r.Delay <= 0 {
@@ -715,7 +747,7 @@ func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) error {
 	start := s.cfg.clock.Now()
 	for {
 		var dec algorithms.Decision
-		now, _, _, _, _, _, m, err := s.decide(ctx, key, cost, false, &dec)
+		now, _, _, _, _, _, m, err := s.decide(ctx, key, cost, false, noLimit, &dec)
 		if err != nil {
 			return err
 		}

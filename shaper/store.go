@@ -62,10 +62,10 @@ type multiBuf struct {
 // allocation for n <= 4.
 func newMulti(n int, now float64, slot string) *multi {
 	if n > 4 {
-		return &multi{now: now, keyset: keyset{dims: make([]*dim, 0, n), keys: make([]string, 0, n), slot: slot}, algs: make([]algorithms.Algorithm, 0, n), costs: make([]int64, 0, n)}
+		return &multi{now: now, limit: noLimit, keyset: keyset{dims: make([]*dim, 0, n), keys: make([]string, 0, n), slot: slot}, algs: make([]algorithms.Algorithm, 0, n), costs: make([]int64, 0, n)}
 	}
 	b := &multiBuf{}
-	b.multi = multi{now: now, keyset: keyset{dims: b.d[:0], keys: b.key[:0], slot: slot}, algs: b.alg[:0], costs: b.cost[:0], tags: b.tag[:0], gens: b.gen[:0], seqs: b.seq[:0]}
+	b.multi = multi{now: now, limit: noLimit, keyset: keyset{dims: b.d[:0], keys: b.key[:0], slot: slot}, algs: b.alg[:0], costs: b.cost[:0], tags: b.tag[:0], gens: b.gen[:0], seqs: b.seq[:0]}
 	return &b.multi
 }
 
@@ -80,6 +80,7 @@ type multi struct {
 	gens  []uint32  // per dimension, the reservation's generation (memory store, GCRA family)
 	seqs  []float64 // per dimension, its sequence number in the key's Ledger (0: none; see gcra.Ledger)
 	at    float64   // the departure, in ms on the store's timeline
+	limit float64   // the longest wait the caller takes, in ms (its deadline; +Inf: MaxQueue alone)
 	local bool      // granted by the failure policy, not by the store (see RedisStore)
 }
 

@@ -1,6 +1,9 @@
 package gcra
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // A Ledger is what a key of the GCRA family keeps, beside its TAT, once a
 // reservation on it has been cancelled or settled: enough to give back what
@@ -44,14 +47,18 @@ import "math"
 // Every grant made while a key has a Ledger gets a sequence number, and the
 // Ledger remembers which of the last SeqWindow were settled or cancelled: a
 // reservation settles once, however many copies of it are settled or
-// cancelled, and one older than the window, or granted before the Ledger
-// existed, refunds nothing.
+// cancelled, and one older than the window refunds nothing. A reservation
+// granted before the Ledger existed is named by its tag, the TAT its commit
+// stored (unique while no give-back has lowered the TAT): cancelled before
+// its slot, it leaves a hole, once; settled, its extra cost is charged and
+// nothing is given back.
 type Ledger struct {
 	Start float64 // the sequence number before this Ledger's first grant
 	Seq   float64 // the sequence number of its last grant
 	Marks []Mark  // ascending instants, descending bounds; at most MaxMarks
 	Holes []Hole  // ascending instants
 	done  [SeqWindow / 64]uint64
+	pre   []float64 // the tags of reservations granted before the Ledger that were cancelled, not yet past; ascending
 }
 
 // Mark is one step of the staircase: every departure after the previous
@@ -188,6 +195,28 @@ func (l *Ledger) mark(t, q float64) {
 	}
 }
 
+// claimPre marks cancelled the reservation granted before the Ledger whose
+// commit stored tag (before a Ledger a key's TAT only grows, so a tag names
+// one grant); false when it was already, or when tag is past (its slot is
+// too: cancelling it now would free nothing, and a claim is kept only
+// until then).
+func (l *Ledger) claimPre(tag, now float64) bool {
+	j := 0
+	for j < len(l.pre) && l.pre[j] < now {
+		j++
+	}
+	l.pre = l.pre[j:]
+	if tag < now {
+		return false
+	}
+	i, found := slices.BinarySearch(l.pre, tag)
+	if found {
+		return false
+	}
+	l.pre = slices.Insert(l.pre, i, tag)
+	return true
+}
+
 // claim marks sequence number seq settled; false when it cannot settle
 // (granted before this Ledger, out of the window, or already settled).
 func (l *Ledger) claim(seq float64) bool {
@@ -202,16 +231,26 @@ func (l *Ledger) claim(seq float64) bool {
 	return true
 }
 
-// Settle applies the actual cost of the reservation seq, of cost units at t,
-// to a key whose TAT is s, and returns the TAT to store. Less than reserved
+// Settle applies the actual cost of the reservation seq (or, granted before
+// the Ledger, tag), of cost units at t, to a key whose TAT is s at now, and returns the TAT to store. Less than reserved
 // gives back what the rule allows; more is charged at once, so that the
 // departures granted after it make room for it; once settled, nothing more
 // happens.
-func (l *Ledger) Settle(k *Kernel, s, t float64, cost, actual int64, seq float64) float64 {
+func (l *Ledger) Settle(k *Kernel, s, t float64, cost, actual int64, seq, tag, now float64) float64 {
+	tc, ta := float64(k.Interval*float64(cost)), float64(k.Interval*float64(actual))
+	if seq == 0 { // granted before the Ledger: the extra is charged, nothing given back
+		if tag >= now && !l.claimPre(tag, now) { // cancelled or settled already
+			return s
+		}
+		if ta > tc {
+			l.grow(t, ta-tc)
+			return s + (ta - tc)
+		}
+		return s
+	}
 	if !l.claim(seq) || actual == cost {
 		return s
 	}
-	tc, ta := float64(k.Interval*float64(cost)), float64(k.Interval*float64(actual))
 	if ta > tc { // the extra, at t: every term that includes t grows
 		l.grow(t, ta-tc)
 		return s + (ta - tc)
@@ -234,11 +273,12 @@ func (l *Ledger) giveBack(s, t, d float64) float64 {
 	return refund
 }
 
-// Cancel gives back the reservation seq, of cost units at t, before t (the
-// caller checks the time): what the TAT may take back it takes, and the rest
+// Cancel gives back the reservation seq (or, granted before the Ledger,
+// tag), of cost units at t, before t (the caller checks the time; now is
+// the store's clock): what the TAT may take back it takes, and the rest
 // is left at t as a hole. It returns the TAT to store.
-func (l *Ledger) Cancel(k *Kernel, s, t float64, cost int64, seq float64) float64 {
-	if !l.claim(seq) {
+func (l *Ledger) Cancel(k *Kernel, s, t float64, cost int64, seq, tag, now float64) float64 {
+	if seq == 0 && !l.claimPre(tag, now) || seq != 0 && !l.claim(seq) {
 		return s
 	}
 	tc := float64(k.Interval * float64(cost))
@@ -306,7 +346,26 @@ func (l *Ledger) Take(k *Kernel, now, floor, before float64, cost int64) (at, se
 
 // Idle reports whether the Ledger no longer matters at now for a key whose
 // TAT is s: the key is cold (every departure's term is at most s <= now, so
-// a refund could only lower a TAT already past) and no hole lies ahead.
+// a refund could only lower a TAT already past), no hole lies ahead, and no
+// cancelled reservation granted before it could still be cancelled again.
 func (l *Ledger) Idle(s, now float64) bool {
-	return s <= now && (len(l.Holes) == 0 || l.Holes[len(l.Holes)-1].At < now)
+	return s <= now && l.Horizon() < now
+}
+
+// Claim records that the reservation granted before l whose commit stored
+// tag has been settled or cancelled (the one whose give-back made l), so
+// that a copy of it does nothing.
+func (l *Ledger) Claim(tag, now float64) { l.claimPre(tag, now) }
+
+// Horizon is the instant after which l holds nothing that matters but what
+// the key's TAT says: its last hole, or its last claimed tag.
+func (l *Ledger) Horizon() float64 {
+	h := math.Inf(-1)
+	if n := len(l.Holes); n > 0 {
+		h = l.Holes[n-1].At
+	}
+	if n := len(l.pre); n > 0 {
+		h = max(h, l.pre[n-1])
+	}
+	return h
 }

@@ -96,18 +96,20 @@ func (ky *key) reserve(now float64, cost int64) (*held, bool) {
 // creates one.
 func giveBack(ky *key, h *held, actual int64, now float64) {
 	if ky.l == nil {
-		if h.seq == 0 && h.gen == ky.gen && ky.s == h.tag && actual != h.cost {
+		if h.seq == 0 && h.gen == ky.gen && ky.s == h.tag {
 			ky.s = ky.k.SettleTail(ky.s, h.at, h.cost, max(actual, 0))
 			ky.gen++
+			ky.l = ky.k.NewLedger(ky.s, now)
+			ky.l.Claim(h.tag, now)
+			return
 		}
 		ky.l = ky.k.NewLedger(ky.s, now)
-		return
 	}
 	if actual < 0 {
-		ky.s = ky.l.Cancel(ky.k, ky.s, h.at, h.cost, h.seq)
+		ky.s = ky.l.Cancel(ky.k, ky.s, h.at, h.cost, h.seq, h.tag, now)
 		return
 	}
-	ky.s = ky.l.Settle(ky.k, ky.s, h.at, h.cost, actual, h.seq)
+	ky.s = ky.l.Settle(ky.k, ky.s, h.at, h.cost, actual, h.seq, h.tag, now)
 }
 
 var trace func(string, ...any)
