@@ -32,8 +32,8 @@ local tc = interval * cost
 if not (cost and cost >= 1 and cost <= 9007199254740992 and cost == math.floor(cost)) or tc - tau > max_wait then
   return redis.error_reply('TKCOST 0 ' .. tostring(ARGV[5]))
 end
-local lk = {KEYS[1] .. ':l', KEYS[1] .. ':h', KEYS[1] .. ':b', KEYS[1] .. ':c'}
-local got = redis.call('MGET', KEYS[1], KEYS[2], lk[1])
+local lk = KEYS[1] .. ':l' -- the Ledger's first key; the others only for a key that has one
+local got = redis.call('MGET', KEYS[1], KEYS[2], lk)
 local stored, paused = got[1] or '', got[2] or ''
 local tat = nil
 if got[1] then
@@ -60,6 +60,7 @@ if got[2] then
 end
 local led = nil
 if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recorded
+  lk = {lk, KEYS[1] .. ':h', KEYS[1] .. ':b', KEYS[1] .. ':c'}
   led = ledger_lib()
   local l = led.decode(got[3])
   if not l then return redis.error_reply('TKSTATE 0 ledger key holds a corrupt value') end
