@@ -136,3 +136,22 @@ func ExampleRoute() {
 	// api.mail.example: second slot in 500ms
 	// true
 }
+
+// An LLM call reserves its max_tokens, then settles with the tokens it
+// used: the rest goes back to the account, and the next call need not wait
+// for tokens nobody used.
+func ExampleReservation_Settle() {
+	store := shaper.NewMemoryStore()
+	defer store.Close()
+	// 1,000 tokens per second, at most 1,000 at once.
+	s, _ := shaper.New(store, shaper.PerSecond(1000).WithBurst(1000))
+	ctx := context.Background()
+
+	r, _ := s.Acquire(ctx, "account-1", 800) // the estimate: max_tokens
+	// ... call the API; its response says it used 200 tokens ...
+	_ = r.Settle(ctx, 200)
+
+	next, _ := s.Reserve(ctx, "account-1", 800)
+	fmt.Println("the next 800 wait:", next.Delay) // without Settle: 600ms
+	// Output: the next 800 wait: 0s
+}

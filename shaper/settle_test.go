@@ -252,3 +252,47 @@ func TestADeadlineRefusalHoldsNothing(t *testing.T) {
 		}
 	}
 }
+
+// A key's Ledger keys holding what the library did not write fail that
+// key's calls alone, with a *StateError, and are not overwritten: on a
+// shaper of one contract and on two dimensions, for Reserve and Settle.
+func TestRedisACorruptLedgerFailsThatCallAlone(t *testing.T) {
+	t.Parallel()
+	_, c := redisClient(t)
+	store := NewRedisStore(c, WithFailurePolicy(FailOpen))
+	t.Cleanup(func() { _ = store.Close() })
+	one, err := New(store, PerSecond(10), WithName("ledger-one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	multi, err := All(store, []Dimension{
+		{Name: "requests", Rate: PerSecond(10), Cost: func(int64) int64 { return 1 }},
+		{Name: "tokens", Rate: PerSecond(1000).WithBurst(1000)},
+	}, WithName("ledger-all"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Shaper{one, multi} {
+		r := mustReserve(t, s, "k", 10)
+		ledger := stateKey(s, "k") + ":l"
+		if err := c.Set(bg, ledger, "not a ledger", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var se *StateError
+		if _, err := s.Reserve(bg, "k", 1); !errors.As(err, &se) || !errors.Is(err, ErrInvalidState) {
+			t.Fatalf("Reserve over a corrupt ledger: %v, want a *StateError", err)
+		}
+		if err := r.Settle(bg, 1); !errors.Is(err, ErrInvalidState) {
+			t.Fatalf("Settle over a corrupt ledger: %v, want ErrInvalidState", err)
+		}
+		if got, _ := c.Get(bg, ledger).Result(); got != "not a ledger" {
+			t.Fatalf("the corrupt ledger was overwritten with %q", got)
+		}
+		if _, err := s.Reserve(bg, "innocent", 1); err != nil {
+			t.Fatalf("another key: %v", err)
+		}
+		if store.Degraded() != 0 {
+			t.Fatal("a data error was served by FailOpen")
+		}
+	}
+}

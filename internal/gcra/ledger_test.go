@@ -275,3 +275,17 @@ func TestSettlingMoreChargesTheExtra(t *testing.T) {
 }
 
 func (h *held) String() string { return fmt.Sprintf("{at %v cost %v seq %v}", h.at, h.cost, h.seq) }
+
+// FuzzLedgerKeepsTheContract runs the property's random reserve / pause /
+// cancel / settle sequences from fuzzed seeds.
+func FuzzLedgerKeepsTheContract(f *testing.F) {
+	for _, seed := range []uint64{0, 2, 4, 7, 10} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		deps, interval, tau, _ := run(seed, giveBack, false)
+		if i, ok := conforms(interval, tau, deps); !ok {
+			t.Fatalf("seed %d: departure %d breaks the contract (T=%v tau=%v): %v", seed, i, interval, tau, deps)
+		}
+	})
+}
