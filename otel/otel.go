@@ -220,7 +220,7 @@ func Wrap(r shaper.Reserver, opts ...Option) shaper.Reserver {
 		w.byOutcome[o] = metric.WithAttributeSet(attribute.NewSet(w.limiter, AttrOutcome.String(o)))
 	}
 	w.byOp = map[string]metric.MeasurementOption{}
-	for _, op := range []string{"reserve", "cancel", "pause", "reset", "pause_left"} {
+	for _, op := range []string{"reserve", "cancel", "settle", "pause", "reset", "pause_left"} {
 		w.byOp[op] = metric.WithAttributeSet(attribute.NewSet(w.limiter, AttrOperation.String(op)))
 	}
 	w.trace = &itrace.Hooks{

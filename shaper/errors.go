@@ -105,7 +105,7 @@ func (e *DeadlineError) Unwrap() error { return context.DeadlineExceeded }
 // program's value, a corrupt state): that call fails alone, nothing is
 // overwritten, and no failure policy serves it. It matches ErrInvalidState.
 type StateError struct {
-	Op        string // "reserve", "cancel", "pause"
+	Op        string // "reserve", "cancel", "settle", "pause"
 	Key       string // after the dimension's Key mapping
 	Dimension string
 	Reason    string
@@ -131,7 +131,7 @@ func (e *StateError) Is(target error) bool { return target == ErrInvalidState }
 // client that cannot work as configured (a wrong password, a missing
 // permission). It matches ErrStoreUnavailable and unwraps to the cause.
 type StoreError struct {
-	Op  string // "reserve", "cancel", "pause", "reset"
+	Op  string // "reserve", "cancel", "settle", "pause", "reset"
 	Err error
 }
 
