@@ -123,35 +123,36 @@ local function ledger_lib()
     return next_seq(l, bits)
   end
 
-  local function give_back(l, s, t, d)
-    local refund = s - q(l, t)
-    if d < refund then refund = d end
-    if refund < 0 then refund = 0 end
+  local function room(l, s, t, d) -- min(d, s - Q(t)), never below 0
+    local r = s - q(l, t)
+    if d < r then r = d end
+    if r < 0 then r = 0 end
+    return r
+  end
+
+  local function lower(l, t, x)
     for _, m in ipairs(l.marks) do
-      if m[1] <= t then m[2] = m[2] - d end
+      if m[1] <= t then m[2] = m[2] - x end
     end
-    return refund
   end
 
   -- settle: Ledger.Settle; returns the TAT to store. keys: K:l, K:h, K:b, K:c.
   function L.settle(l, keys, interval, tau, s, t, cost, actual, seq, tag, now)
-    local tc, ta = interval * cost, interval * actual
     if seq == 0 then
       if tag >= now and not claim_pre(keys[4], tag, now) then return s end
-      if ta > tc then
-        grow(l, t, ta - tc)
-        return s + (ta - tc)
-      end
+    elseif not claim(l, keys[3], seq) then
       return s
     end
-    if not claim(l, keys[3], seq) or actual == cost then return s end
+    local tc, ta = interval * cost, interval * actual
     if ta > tc then
       grow(l, t, ta - tc)
       return s + (ta - tc)
     end
+    if seq == 0 or ta == tc then return s end
     local own = math.min(tc, tau) - math.min(ta, tau)
-    local refund = give_back(l, s, t, tc - ta)
+    local refund = room(l, s, t, tc - ta)
     if own < refund then refund = own end
+    lower(l, t, tc - ta)
     return s - refund
   end
 
@@ -170,12 +171,8 @@ local function ledger_lib()
     if seq == 0 and not claim_pre(keys[4], tag, now) or seq ~= 0 and not claim(l, keys[3], seq) then return s end
     local holes = keys[2]
     local tc = interval * cost
-    local refund = s - q(l, t)
-    if tc < refund then refund = tc end
-    if refund < 0 then refund = 0 end
-    for _, m in ipairs(l.marks) do
-      if m[1] <= t then m[2] = m[2] - refund end
-    end
+    local refund = room(l, s, t, tc)
+    lower(l, t, refund)
     local rest = math.min(tc, tau) - refund
     if rest > 0 then add_hole(holes, t, rest) end
     return s - refund

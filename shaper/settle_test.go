@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -12,45 +11,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/internal/conform"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
 )
-
-// gave is one departure as the partner sees it: its instant (ms) and its
-// actual cost in one dimension.
-type gave struct {
-	at   float64
-	cost int64
-}
-
-// conformsTo replays departures in time order through the definition of
-// the contract (GCRA with interval T and tolerance tau; a cost above the
-// burst spread over the time before it departs) and returns a description
-// of the first one that does not fit. It shares no code with the library.
-func conformsTo(interval, tau float64, deps []gave) error {
-	deps = slices.Clone(deps)
-	slices.SortStableFunc(deps, func(a, b gave) int {
-		switch {
-		case a.at < b.at:
-			return -1
-		case a.at > b.at:
-			return 1
-		}
-		return 0
-	})
-	r := math.Inf(-1)
-	for i, d := range deps {
-		if d.cost == 0 {
-			continue
-		}
-		tc := interval * float64(d.cost)
-		r = math.Max(r, d.at-math.Max(0, tc-tau)) + tc
-		if r > d.at+tau+1e-4 { // Time() is rounded to the nanosecond
-			return fmt.Errorf("departure %d of %d (at %.3f ms, cost %d) leaves the replay %.3f ms ahead, tau %.0f", i, len(deps), d.at, d.cost, r-d.at, tau)
-		}
-	}
-	return nil
-}
 
 // settleRun drives one seed of random reserve / wait / pause / cancel /
 // settle calls (copies of reservations cancelled and settled again,
@@ -59,7 +23,7 @@ func conformsTo(interval, tau float64, deps []gave) error {
 // returns each dimension's departures with their actual costs, the
 // transcript of decisions, and how many reservations departed before a
 // slot granted earlier (a hole or a refund used).
-func settleRun(t *testing.T, store Store, name string, seed uint64, multi bool) (deps [2][]gave, transcript []string, reused int) {
+func settleRun(t *testing.T, store Store, name string, seed uint64, multi bool) (deps [2][]conform.Departure, transcript []string, reused int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 16))
 	burst := int64(1 + rng.IntN(5))
@@ -141,10 +105,10 @@ func settleRun(t *testing.T, store Store, name string, seed uint64, multi bool) 
 			c = h.actual
 		}
 		at := float64(h.r.Time().Sub(t0)) / 1e6
-		deps[0] = append(deps[0], gave{at, c})
+		deps[0] = append(deps[0], conform.Departure{At: at, Cost: c})
 		if multi {
-			deps[0][len(deps[0])-1].cost = min(c, 1)
-			deps[1] = append(deps[1], gave{at, c})
+			deps[0][len(deps[0])-1].Cost = min(c, 1)
+			deps[1] = append(deps[1], conform.Departure{At: at, Cost: c})
 		}
 	}
 	return deps, transcript, reused
@@ -185,8 +149,8 @@ func TestSettledAndCancelledSlotsKeepTheContract(t *testing.T) {
 					if d == 1 {
 						tau = rates[d] * 4 * burst
 					}
-					if err := conformsTo(rates[d], tau, deps[d]); err != nil {
-						t.Fatalf("%s, multi %v, seed %d, dimension %d: %v", st, multi, seed, d, err)
+					if dep, ok := conform.Check(rates[d], tau, deps[d]); !ok {
+						t.Fatalf("%s, multi %v, seed %d, dimension %d: the departure %+v breaks the contract", st, multi, seed, d, dep)
 					}
 				}
 				if st == "memory" {

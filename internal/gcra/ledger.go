@@ -232,45 +232,45 @@ func (l *Ledger) claim(seq float64) bool {
 }
 
 // Settle applies the actual cost of the reservation seq (or, granted before
-// the Ledger, tag), of cost units at t, to a key whose TAT is s at now, and returns the TAT to store. Less than reserved
-// gives back what the rule allows; more is charged at once, so that the
-// departures granted after it make room for it; once settled, nothing more
-// happens.
+// the Ledger, tag), of cost units at t, to a key whose TAT is s at now, and
+// returns the TAT to store. Less than reserved gives back what the rule
+// allows; more is charged at once, so that the departures granted after it
+// make room for it; once settled, nothing more happens.
 func (l *Ledger) Settle(k *Kernel, s, t float64, cost, actual int64, seq, tag, now float64) float64 {
-	tc, ta := float64(k.Interval*float64(cost)), float64(k.Interval*float64(actual))
-	if seq == 0 { // granted before the Ledger: the extra is charged, nothing given back
-		if tag >= now && !l.claimPre(tag, now) { // cancelled or settled already
+	if seq == 0 { // granted before the Ledger: named by its tag while it can still be cancelled
+		if tag >= now && !l.claimPre(tag, now) {
 			return s
 		}
-		if ta > tc {
-			l.grow(t, ta-tc)
-			return s + (ta - tc)
-		}
+	} else if !l.claim(seq) {
 		return s
 	}
-	if !l.claim(seq) || actual == cost {
-		return s
-	}
-	if ta > tc { // the extra, at t: every term that includes t grows
+	tc, ta := float64(k.Interval*float64(cost)), float64(k.Interval*float64(actual))
+	switch {
+	case ta > tc: // the extra, at t: every term that includes t grows
 		l.grow(t, ta-tc)
 		return s + (ta - tc)
+	case seq == 0 || ta == tc: // before the Ledger nothing is given back: its step has no bound
+		return s
 	}
 	// Its own term drops by less than the difference when it costs more
 	// than the burst (it was spread over the time before t).
 	own := math.Min(tc, k.Tau) - math.Min(ta, k.Tau)
-	return s - math.Min(own, l.giveBack(s, t, tc-ta))
+	refund := math.Min(own, l.room(s, t, tc-ta))
+	l.lower(t, tc-ta) // the terms that held the cost given back
+	return s - refund
 }
 
-// giveBack lowers the steps at or before t by d (the terms that held the
-// given-back cost) and returns how far the TAT may drop.
-func (l *Ledger) giveBack(s, t, d float64) float64 {
-	refund := math.Max(0, math.Min(d, s-l.q(t)))
+// room is how far a TAT s may drop for d given back at t: min(d, s - Q(t)),
+// never below 0.
+func (l *Ledger) room(s, t, d float64) float64 { return math.Max(0, math.Min(d, s-l.q(t))) }
+
+// lower takes x off the steps at or before t.
+func (l *Ledger) lower(t, x float64) {
 	for i := range l.Marks {
 		if l.Marks[i].At <= t {
-			l.Marks[i].Q -= d
+			l.Marks[i].Q -= x
 		}
 	}
-	return refund
 }
 
 // Cancel gives back the reservation seq (or, granted before the Ledger,
@@ -282,13 +282,8 @@ func (l *Ledger) Cancel(k *Kernel, s, t float64, cost int64, seq, tag, now float
 		return s
 	}
 	tc := float64(k.Interval * float64(cost))
-	refund := math.Max(0, math.Min(tc, s-l.q(t)))
-	// Only the refunded cost leaves the terms: the hole's stays, to be taken.
-	for i := range l.Marks {
-		if l.Marks[i].At <= t {
-			l.Marks[i].Q -= refund
-		}
-	}
+	refund := l.room(s, t, tc)
+	l.lower(t, refund) // only the refunded cost leaves the terms: the hole's stays, to be taken
 	// The hole holds what is left of the reservation's share of t itself,
 	// min(T*cost, tau): a cost above the burst was spread over the time
 	// before t, which the reservations taking the hole, departing at t,

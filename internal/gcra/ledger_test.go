@@ -4,45 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
+
+	"github.com/throttlekit/throttlekit-go/internal/conform"
 )
-
-// A departure as the partner sees it: its instant and its actual cost.
-type departure struct {
-	at   float64
-	cost int64
-}
-
-// conforms replays departures in time order through the contract's
-// definition (a cost above the burst is spread over the time before its
-// departure) and returns the first one that does not fit, if any. It shares
-// no code with the kernel or the Ledger.
-func conforms(interval, tau float64, deps []departure) (int, bool) {
-	deps = slices.Clone(deps)
-	slices.SortStableFunc(deps, func(a, b departure) int {
-		switch {
-		case a.at < b.at:
-			return -1
-		case a.at > b.at:
-			return 1
-		}
-		return 0
-	})
-	r := math.Inf(-1)
-	for i, d := range deps {
-		if d.cost == 0 {
-			continue
-		}
-		tc := interval * float64(d.cost)
-		start := d.at - max(0, tc-tau)
-		r = max(r, start) + tc
-		if r > d.at+tau+1e-6 {
-			return i, false
-		}
-	}
-	return 0, true
-}
 
 // held is one reservation of the simulated key, as its caller holds it.
 type held struct {
@@ -120,7 +85,7 @@ var seeds = 3000
 // run drives random reserve / wait / pause / cancel / settle (and second settles
 // and cancels of copies) on one key and returns the departures the callers
 // made, with their actual costs, and how many units were given back.
-func run(seed uint64, rule func(ky *key, h *held, actual int64, now float64), overrun bool) (deps []departure, interval, tau float64, refunded int) {
+func run(seed uint64, rule func(ky *key, h *held, actual int64, now float64), overrun bool) (deps []conform.Departure, interval, tau float64, refunded int) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	burst := 1 + rng.IntN(6)
 	interval = float64(1 + rng.IntN(100))
@@ -182,7 +147,7 @@ func run(seed uint64, rule func(ky *key, h *held, actual int64, now float64), ov
 		if h.actual >= 0 {
 			c = h.actual
 		}
-		deps = append(deps, departure{h.at, c})
+		deps = append(deps, conform.Departure{At: h.at, Cost: c})
 	}
 	return deps, interval, tau, refunded
 }
@@ -195,8 +160,8 @@ func TestSettledAndCancelledDeparturesConform(t *testing.T) {
 	for seed := range uint64(seeds) {
 		deps, interval, tau, n := run(seed, giveBack, false)
 		refunds += n
-		if i, ok := conforms(interval, tau, deps); !ok {
-			t.Fatalf("seed %d: departure %d breaks the contract (T=%v tau=%v): %v", seed, i, interval, tau, deps)
+		if d, ok := conform.Check(interval, tau, deps); !ok {
+			t.Fatalf("seed %d: the departure %v breaks the contract (T=%v tau=%v): %v", seed, d, interval, tau, deps)
 		}
 	}
 	if refunds < 1000 {
@@ -246,7 +211,7 @@ func TestTheConformancePropertyCatchesGenerousRules(t *testing.T) {
 		caught := false
 		for seed := range uint64(3000) {
 			deps, interval, tau, _ := run(seed, rule, false)
-			if _, ok := conforms(interval, tau, deps); !ok {
+			if _, ok := conform.Check(interval, tau, deps); !ok {
 				caught = true
 				break
 			}
@@ -284,8 +249,8 @@ func FuzzLedgerKeepsTheContract(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, seed uint64) {
 		deps, interval, tau, _ := run(seed, giveBack, false)
-		if i, ok := conforms(interval, tau, deps); !ok {
-			t.Fatalf("seed %d: departure %d breaks the contract (T=%v tau=%v): %v", seed, i, interval, tau, deps)
+		if d, ok := conform.Check(interval, tau, deps); !ok {
+			t.Fatalf("seed %d: the departure %v breaks the contract (T=%v tau=%v): %v", seed, d, interval, tau, deps)
 		}
 	})
 }
