@@ -199,11 +199,12 @@ func burst(n int) func(*testing.T, env) (time.Time, time.Time) {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(bg, 2*time.Second)
 				defer cancel()
-				if err := e.shaper.Wait(ctx, "k", 1); err != nil {
+				r, err := e.shaper.Acquire(ctx, "k", 1)
+				if err != nil {
 					e.rec.fail(err)
 					return
 				}
-				e.rec.depart(time.Now())
+				e.rec.depart(r.Time()) // its slot, as load records them
 			})
 		}
 		wg.Wait()
