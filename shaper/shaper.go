@@ -620,8 +620,9 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 }
 
 // Wait reserves cost units on key and sleeps until their slot. A slot past
-// ctx's deadline is given back at once with a *DeadlineError; if ctx ends
-// while sleeping, the slot is given back and ctx.Err() returned. A request
+// ctx's deadline is refused at once with a *DeadlineError, and nothing is
+// taken; if ctx ends while sleeping, the slot is given back (see Cancel) and
+// ctx.Err() returned. A request
 // whose key is paused while it sleeps takes a new slot after the pause. For
 // algorithms other than the leaky bucket, Wait sleeps until the request
 // would be admitted and retries, for at most MaxQueue.

@@ -44,7 +44,7 @@ func Example() {
 
 	// A contract of one request a minute: the second request's slot is a
 	// minute away, within MaxQueue but past its one-second deadline, so it
-	// fails at once and its slot is given back.
+	// fails at once and takes no slot.
 	slow, _ := shaper.New(store, shaper.PerMinute(1), shaper.WithName("slow"), shaper.WithMaxQueue(time.Hour))
 	slowClient := &http.Client{Transport: transport.New(slow)}
 	resp, err := slowClient.Get(partner.URL)
