@@ -323,7 +323,7 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 	tat := gcra.Cold
 	if exists {
 		tat = t.slab[i]
-		if t.led[i] != nil {
+		if t.gens[i]&hasLedger != 0 {
 			return m.ledgered(sp, i, k, key, cost, now, dec)
 		}
 	}
@@ -355,7 +355,7 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 // cold key it starts afresh.
 func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key string, cost int64, now float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, err error) {
 	t := &sp.tats
-	tat, l := t.slab[i], t.led[i]
+	tat, l := t.slab[i], t.ledger(i)
 	floor := sp.floor(key, now)
 	next, wait, allowed := k.Reserve(tat, now, floor, cost)
 	before := math.Inf(1)
@@ -364,7 +364,7 @@ func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key strin
 	}
 	if at, seq, ok := l.Take(k, now, floor, before, cost); ok {
 		dec.Allowed, dec.Delay = true, algorithms.Duration(at-now)
-		return tat, t.gens[i], seq, at, nil
+		return tat, t.gens[i] &^ hasLedger, seq, at, nil
 	}
 	if !allowed {
 		dec.RetryAfter = algorithms.Duration(wait)
@@ -374,7 +374,7 @@ func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key strin
 	t.slab[i] = next
 	if l.Idle(tat, now) { // cold, no hole ahead: a fresh Ledger, whose steps know every departure
 		l = k.NewLedger(tat, now)
-		t.led[i] = l
+		t.setLedger(i, l)
 	}
 	return next, t.grant(i), l.Grant(k, now+wait, cost), now + wait, nil
 }
@@ -486,8 +486,8 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 		}
 		seq := 0.0
 		if t := &spaces[i].tats; t.index != nil && !isNew { // a key of the GCRA family with a Ledger records its departure
-			if j := t.index[req.keys[i]]; t.led[j] != nil {
-				seq = t.led[j].Grant(d.kern, req.at, req.costs[i])
+			if l := t.ledger(t.index[req.keys[i]]); l != nil {
+				seq = l.Grant(d.kern, req.at, req.costs[i])
 			}
 		}
 		req.tags, req.gens, req.seqs = append(req.tags, dims[i].State[0]), append(req.gens, gen), append(req.seqs, seq)
@@ -532,7 +532,11 @@ func (m *MemoryStore) settle(_ context.Context, st *settlement) error {
 			return
 		}
 		before := t.slab[j]
-		t.slab[j] = settleTAT(d.kern, t.slab[j], &t.led[j], &t.gens[j], st, i)
+		l := t.ledger(j)
+		gen := t.gens[j] &^ hasLedger
+		t.slab[j], l = settleTAT(d.kern, t.slab[j], l, &gen, st, i)
+		t.gens[j] = t.gens[j]&hasLedger | gen
+		t.setLedger(j, l)
 		if t.slab[j] < before {
 			m.track(nsOf(d), strings.Clone(keys[i]), t.slab[j], false) // idle earlier than recorded
 		}
@@ -540,29 +544,29 @@ func (m *MemoryStore) settle(_ context.Context, st *settlement) error {
 	return nil
 }
 
-// settleTAT is the rule of settle for one key whose TAT is s, Ledger *led
-// and generation *gen (the local twins of a RedisStore follow it too). It
-// returns the TAT to store.
-func settleTAT(k *gcra.Kernel, s float64, led **gcra.Ledger, gen *uint32, st *settlement, i int) float64 {
+// settleTAT is the rule of settle for one key whose TAT is s, Ledger l
+// (nil: none yet) and generation *gen (the local twins of a RedisStore
+// follow it too). It returns the TAT to store and the key's Ledger.
+func settleTAT(k *gcra.Kernel, s float64, l *gcra.Ledger, gen *uint32, st *settlement, i int) (float64, *gcra.Ledger) {
 	actual := int64(0)
 	if st.actual != nil {
 		actual = st.actual[i]
 	}
-	if *led == nil {
+	if l == nil {
 		if st.seqs[i] == 0 && *gen == st.gens[i] && s == st.tags[i] {
 			// The tail: all of it comes back, and a Ledger begins.
 			s = k.SettleTail(s, st.at, st.costs[i], actual)
-			*gen++
-			*led = k.NewLedger(s, st.now)
-			(*led).Claim(st.tags[i], st.now)
-			return s
+			*gen = (*gen + 1) &^ hasLedger
+			l = k.NewLedger(s, st.now)
+			l.Claim(st.tags[i], st.now)
+			return s, l
 		}
-		*led = k.NewLedger(s, st.now)
+		l = k.NewLedger(s, st.now)
 	}
 	if st.actual == nil && st.holes {
-		return (*led).Cancel(k, s, st.at, st.costs[i], st.seqs[i], st.tags[i], st.now)
+		return l.Cancel(k, s, st.at, st.costs[i], st.seqs[i], st.tags[i], st.now), l
 	}
-	return (*led).Settle(k, s, st.at, st.costs[i], actual, st.seqs[i], st.tags[i], st.now)
+	return l.Settle(k, s, st.at, st.costs[i], actual, st.seqs[i], st.tags[i], st.now), l
 }
 
 // pause records a pause per key; a new pause record is an entry under

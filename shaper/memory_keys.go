@@ -36,11 +36,40 @@ type keyStates interface {
 // collector to follow, and an update is a slab write, not a second map
 // operation.
 type tatKeys struct {
-	index map[string]uint32 // key -> its TAT's index in slab; nil when the namespace keeps States
-	slab  []float64         // TATs; the slots in free are unused
-	gens  []uint32          // per slab slot, the generation of its last reservation (see grant)
-	led   []*gcra.Ledger    // per slab slot, its Ledger once a reservation was settled or cancelled (nil: none)
-	free  []uint32          // slab slots of evicted keys, reused first
+	index map[string]uint32       // key -> its TAT's index in slab; nil when the namespace keeps States
+	slab  []float64               // TATs; the slots in free are unused
+	gens  []uint32                // per slab slot, the generation of its last reservation (see grant), and hasLedger
+	led   map[uint32]*gcra.Ledger // the Ledgers of the slots whose gens hold hasLedger (nil until the first)
+	free  []uint32                // slab slots of evicted keys, reused first
+}
+
+// hasLedger is the bit of a slot's gens word saying that the key has a
+// Ledger (see gcra.Ledger), so that the keys without one, most, pay no
+// lookup and no byte for it; the other 31 bits are the generation.
+const hasLedger = 1 << 31
+
+// ledger returns slot i's Ledger, or nil.
+func (t *tatKeys) ledger(i uint32) *gcra.Ledger {
+	if t.gens[i]&hasLedger == 0 {
+		return nil
+	}
+	return t.led[i]
+}
+
+// setLedger gives slot i the Ledger l (nil: none).
+func (t *tatKeys) setLedger(i uint32, l *gcra.Ledger) {
+	if l == nil {
+		if t.gens[i]&hasLedger != 0 {
+			delete(t.led, i)
+			t.gens[i] &^= hasLedger
+		}
+		return
+	}
+	if t.led == nil {
+		t.led = map[uint32]*gcra.Ledger{}
+	}
+	t.led[i] = l
+	t.gens[i] |= hasLedger
 }
 
 // add stores a new key's TAT and returns its slab slot; key must already be
@@ -49,12 +78,11 @@ func (t *tatKeys) add(key string, tat float64) uint32 {
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i, t.free = t.free[n-1], t.free[:n-1]
-		t.slab[i], t.led[i] = tat, nil
+		t.slab[i] = tat
 	} else {
 		i = uint32(len(t.slab))
 		t.slab = append(t.slab, tat)
 		t.gens = append(t.gens, 0)
-		t.led = append(t.led, nil)
 	}
 	t.index[key] = i
 	return i
@@ -66,14 +94,15 @@ func (t *tatKeys) add(key string, tat float64) uint32 {
 // enough: after a refund the next reservation stores the very TAT the
 // cancelled one had.
 func (t *tatKeys) grant(i uint32) uint32 {
-	t.gens[i]++
-	return t.gens[i]
+	g := t.gens[i]
+	t.gens[i] = g&hasLedger | (g+1)&^hasLedger
+	return t.gens[i] &^ hasLedger
 }
 
 // drop removes the key whose slab slot is i.
 func (t *tatKeys) drop(key string, i uint32) {
 	delete(t.index, key)
-	t.led[i] = nil
+	t.setLedger(i, nil)
 	t.free = append(t.free, i)
 }
 
@@ -110,7 +139,7 @@ func (t *tatKeys) idleAt(key string, _ float64) (float64, bool) {
 		return 0, false
 	}
 	at := t.slab[i]
-	if l := t.led[i]; l != nil {
+	if l := t.ledger(i); l != nil {
 		at = max(at, l.Horizon())
 	}
 	return at, true
