@@ -1,28 +1,36 @@
 
 -- settle: a reservation settled with its actual cost, or cancelled before its
--- slot, on each of its keys of the GCRA family (Reservation.Settle and
--- Cancel). A key without a Ledger gives back only the tail of its schedule
--- (gcra.Kernel.SettleTail, when its TAT is still the reservation's tag) and
--- gets a Ledger; a key with one follows its rule (ledger.lua).
--- KEYS: per key, its state key K (its Ledger lives in K:l, K:h, K:b, K:c).
+-- slot, on each of its keys. For the GCRA family (kind 'g'): a key without a
+-- Ledger gives back only the tail of its schedule (gcra.Kernel.SettleTail,
+-- when its TAT is still the reservation's tag) and gets a Ledger; a key with
+-- one follows its rule (ledger.lua). For the other algorithms an extra is
+-- charged now (their commit of the difference) and nothing is given back.
+-- KEYS: per key, its state key K (a Ledger lives in K:l, K:h, K:b, K:c).
 -- ARGV: now in ms ('' for the server's TIME), the departure in ms, '1' when a
---   cancel may leave a hole (a shaper of one contract), then per key 6
---   values: tag, sequence number ('0': none), interval, tau, cost, actual
---   ('-1': cancelled).
--- Reply: how many keys' TATs changed.
+--   cancel may leave a hole (a shaper of one contract), then per key 11
+--   values: kind, six parameters, tag, sequence number ('0': none), cost,
+--   actual ('-1': cancelled).
+-- Reply: how many keys' states changed.
 local now = clock(ARGV[1])
 local at, holes_ok = tonumber(ARGV[2]), ARGV[3] == '1'
 local led = ledger_lib()
 local n = #KEYS
 local work = {}
 for i = 1, n do -- read and check everything before writing anything
-  local a = 3 + (i - 1) * 6
+  local a = 3 + (i - 1) * 11
+  local p = {tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+             tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])}
   local w = {sk = KEYS[i], lk = {KEYS[i] .. ':l', KEYS[i] .. ':h', KEYS[i] .. ':b', KEYS[i] .. ':c'},
-             tag = tonumber(ARGV[a + 1]), seq = tonumber(ARGV[a + 2]), interval = tonumber(ARGV[a + 3]),
-             tau = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), actual = tonumber(ARGV[a + 6])}
+             kind = ARGV[a + 1], p = p, interval = p[1], tau = p[2],
+             tag = tonumber(ARGV[a + 8]), seq = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10]), actual = tonumber(ARGV[a + 11])}
+  if not ALG[w.kind] then return redis.error_reply('throttlekit: unknown algorithm kind ' .. tostring(w.kind)) end
   local raw, why = get(w.sk)
   if raw == nil then return refuse(i, why) end
-  if raw then
+  if raw and w.kind ~= 'g' then
+    w.st = decode(raw)
+    if not w.st then return refuse(i, 'holds a corrupt state') end
+    work[#work + 1] = w
+  elseif raw then
     local st = decode(raw)
     if not st or #st ~= 1 then return refuse(i, 'holds a corrupt state') end
     w.s = st[1]
@@ -37,6 +45,15 @@ for i = 1, n do -- read and check everything before writing anything
 end
 local changed = 0
 for _, w in ipairs(work) do
+  if w.kind ~= 'g' then -- the other algorithms: the extra, committed now
+    local alg = ALG[w.kind]
+    local st = alg.commit(w.p, w.st, now, 0, w.actual - w.cost)
+    local _, cold_in = alg.status(w.p, st, now)
+    local ttl = math.ceil(cold_in)
+    if ttl < 1 then ttl = 1 end
+    redis.call('SET', w.sk, encode(st), 'PX', ttl)
+    changed = changed + 1
+  else
   local s, act = w.s, w.actual
   if act < 0 then act = 0 end
   if not w.l and w.seq == 0 and s == w.tag then -- the tail: all of it comes back, and a Ledger begins
@@ -63,5 +80,6 @@ for _, w in ipairs(work) do
     changed = changed + 1
   end
   led.save(w.l, w.lk, s, now)
+  end
 end
 return changed

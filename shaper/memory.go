@@ -524,7 +524,12 @@ func (m *MemoryStore) settle(_ context.Context, st *settlement) error {
 	keys := st.keys
 	m.each(st.keyset, func(_ *memShard, sp *memSpace, d *dim, i int) {
 		t := &sp.tats
-		if d.kern == nil || t.index == nil { // only the GCRA family gives back; its keys are bare TATs
+		if d.kern == nil || t.index == nil { // the other algorithms: an extra is charged now, nothing given back
+			if st.actual != nil && st.actual[i] > st.costs[i] {
+				if cur, ok := sp.states.states[keys[i]]; ok {
+					sp.states.states[keys[i]] = d.alg.Commit(cur, st.now, 0, st.actual[i]-st.costs[i])
+				}
+			}
 			return
 		}
 		j, ok := t.index[keys[i]]

@@ -574,16 +574,20 @@ func (r *RedisStore) settle(ctx context.Context, st *settlement) error {
 	}
 	all := redisKeys(st.keyset)
 	for i, d := range st.dims {
-		if d.kern == nil {
-			continue
-		}
-		rk = append(rk, all[2*i])
 		actual := int64(-1)
 		if st.actual != nil {
 			actual = st.actual[i]
 		}
-		args = append(args, script.Float(st.tags[i]), script.Float(st.seqs[i]), script.Float(d.kern.Interval), script.Float(d.kern.Tau),
-			strconv.FormatInt(st.costs[i], 10), strconv.FormatInt(actual, 10))
+		if d.kern == nil && actual <= st.costs[i] { // the other algorithms only take an extra
+			continue
+		}
+		rk = append(rk, all[2*i])
+		kind, p := d.alg.Params()
+		args = append(args, kind)
+		for _, x := range p {
+			args = append(args, script.Float(x))
+		}
+		args = append(args, script.Float(st.tags[i]), script.Float(st.seqs[i]), strconv.FormatInt(st.costs[i], 10), strconv.FormatInt(actual, 10))
 	}
 	if len(rk) == 0 {
 		return nil

@@ -288,3 +288,55 @@ func TestRedisACorruptLedgerFailsThatCallAlone(t *testing.T) {
 		}
 	}
 }
+
+// For the algorithms that do not give back, Settle charges the extra of a
+// call that cost more than it reserved, at once, and gives nothing back for
+// less: the same on memory and Redis.
+func TestSettlingMoreChargesEveryAlgorithm(t *testing.T) {
+	t.Parallel()
+	_, node := redisClient(t)
+	for _, alg := range []Algorithm{TokenBucket, FixedWindow, SlidingWindow, SlidingWindowLog, Quota(Daily(0))} {
+		var want []string
+		for _, st := range []string{"memory", "redis"} {
+			var store Store = NewMemoryStore(WithSweepInterval(0))
+			if st == "redis" {
+				store = NewRedisStore(node, WithClientClock())
+			}
+			clock := timer.NewFake(t0.Add(time.Hour))
+			rate := PerSecond(10).WithBurst(10)
+			if alg.String() == Quota(Daily(0)).String() {
+				rate = PerDay(10)
+			}
+			s, err := New(store, rate, WithAlgorithm(alg), WithClock(clock), WithName("overrun-"+alg.String()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for i, actual := range []int64{6, 0} { // one call costs 6 for 1 reserved; another 0 for 1
+				r, err := s.Reserve(bg, fmt.Sprint("k", i), 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := r.Settle(bg, actual); err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for range 12 {
+					if ok, _ := s.Allow(bg, fmt.Sprint("k", i), 1); ok {
+						n++
+					}
+				}
+				got = append(got, fmt.Sprintf("%s: after settling 1 as %d, %d more admitted", alg, actual, n))
+			}
+			if got[0] != fmt.Sprintf("%s: after settling 1 as 6, 4 more admitted", alg) || got[1] != fmt.Sprintf("%s: after settling 1 as 0, 9 more admitted", alg) {
+				t.Fatalf("%s: %q, want the extra 5 charged and nothing given back", st, got)
+			}
+			if st == "memory" {
+				want = got
+			} else if !slices.Equal(got, want) {
+				t.Fatalf("redis %q, memory %q", got, want)
+			}
+			_ = store.(interface{ Close() error }).Close()
+		}
+	}
+}

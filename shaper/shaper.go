@@ -302,8 +302,9 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 // reservations wait for it; it is never refused, the call has happened. A
 // multi-dimension shaper maps actual through each dimension's Cost, as
 // Reserve mapped the estimate (a request count stays 1). A reservation is
-// settled or cancelled once; only the leaky bucket and GCRA settle, the
-// other algorithms keep what they counted.
+// settled or cancelled once. Only the leaky bucket and GCRA give back; the
+// other algorithms keep what they counted and charge an extra at the
+// instant it is settled.
 func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if actual < 0 {
 		return &CostError{Algorithm: "settle", Cost: actual, Reason: "the actual cost must be >= 0", Key: r.key}
@@ -337,7 +338,7 @@ func (r *Reservation) giveBack(ctx context.Context, op string, actual int64) err
 			}
 		}
 	} else {
-		if s.dims[0].kern == nil {
+		if s.dims[0].kern == nil && actual <= r.cost { // the other algorithms only take an extra
 			return nil
 		}
 		st.keyset = keyset{dims: s.dims[:1], keys: []string{r.key}, slot: r.key}
@@ -638,14 +639,14 @@ func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
 //	...call, and read its usage...
 //	_ = r.Settle(ctx, used)
 //
-// For algorithms other than the leaky bucket it returns the zero
-// Reservation (they hold no slot; settling it does nothing).
+// For the algorithms that do not queue it returns the admission it got
+// (Delay 0), which can be settled too.
 func (s *Shaper) Acquire(ctx context.Context, key string, cost int64) (Reservation, error) {
 	if s == nil {
 		return Reservation{}, errNilShaper
 	}
 	if !s.queues {
-		return Reservation{}, s.waitRetry(ctx, key, cost)
+		return s.waitRetry(ctx, key, cost)
 	}
 	// A pause extended while we wait for it: look again, a few times.
 	var r Reservation
@@ -744,26 +745,26 @@ func (s *Shaper) sleepReserved(ctx context.Context, key string, r Reservation) e
 }
 
 // waitRetry serves Wait for the algorithms that cannot hold a slot.
-func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) error {
+func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) (Reservation, error) {
 	start := s.cfg.clock.Now()
 	for {
 		var dec algorithms.Decision
-		now, _, _, _, _, _, m, err := s.decide(ctx, key, cost, false, noLimit, &dec)
+		now, tag, gen, seq, at, local, m, err := s.decide(ctx, key, cost, false, noLimit, &dec)
 		if err != nil {
-			return err
+			return Reservation{}, err
 		}
 		if dec.Allowed {
-			return nil
+			return Reservation{s: s, now: now, key: key, cost: cost, tag: tag, seq: seq, at: at, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
 		}
 		retry := dec.RetryAfter
 		if waited := now.Sub(start); waited+retry > s.cfg.maxQueue {
-			return &QueueFullError{Key: key, Dimension: binding(m), Delay: waited + retry, MaxQueue: s.cfg.maxQueue}
+			return Reservation{}, &QueueFullError{Key: key, Dimension: binding(m), Delay: waited + retry, MaxQueue: s.cfg.maxQueue}
 		}
 		if dl, ok := ctx.Deadline(); ok && retry > time.Until(dl) {
-			return &DeadlineError{Key: key, Delay: retry, Deadline: dl}
+			return Reservation{}, &DeadlineError{Key: key, Delay: retry, Deadline: dl}
 		}
 		if err := s.sleepUntil(ctx, now.Add(retry+jitter(retry))); err != nil {
-			return err
+			return Reservation{}, err
 		}
 	}
 }
