@@ -3,6 +3,8 @@ package algorithms
 import (
 	"math"
 	"time"
+
+	"github.com/throttlekit/throttlekit-go/internal/gcra"
 )
 
 // State is the per-key state of an algorithm: a short vector of float64. A nil
@@ -146,12 +148,4 @@ func DurationMillis(d time.Duration) float64 { return float64(d) / 1e6 }
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // units floors a remaining-capacity figure to whole units, never below zero.
-func units(x float64) int64 {
-	switch {
-	case !(x > 0):
-		return 0
-	case x >= maxExactCost:
-		return maxExactCost
-	}
-	return int64(math.Floor(x))
-}
+func units(x float64) int64 { return gcra.Units(x) }

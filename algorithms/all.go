@@ -14,10 +14,9 @@ type Dim struct {
 // AllDecision is the outcome of [All].
 type AllDecision struct {
 	Decision
-	// Binding is the index of the dimension that determined the decision: the
-	// one whose earliest conforming instant was latest (the first such
-	// dimension on a tie), or -1 when a pause floor did. On a cost error, the
-	// dimension that refused it.
+	// Binding is the index of the dimension that determined the decision
+	// (see [Peek] for the rule), or -1 when a pause floor did. On a cost
+	// error, the dimension that refused it.
 	Binding int
 	// Wait is Delay (admitted) or RetryAfter (refused) in unrounded
 	// milliseconds, as the Lua form computes it.
@@ -63,12 +62,7 @@ func AllWithin(dims []Dim, now, notBefore, maxWait float64) (AllDecision, error)
 		}
 		maxWait = min(maxWait, dims[i].Alg.MaxWait())
 	}
-	wait, binding := 0.0, 0
-	for i := range dims {
-		if w := dims[i].Alg.Delay(dims[i].State, now, dims[i].Cost); w > wait {
-			wait, binding = w, i
-		}
-	}
+	wait, binding := pick(dims, now)
 	floored := notBefore-now > wait
 	if floored {
 		wait = notBefore - now
@@ -87,6 +81,71 @@ func AllWithin(dims []Dim, now, notBefore, maxWait float64) (AllDecision, error)
 
 func bindingOr(floor bool, binding int) int {
 	if floor {
+		return -1
+	}
+	return binding
+}
+
+// pick returns the wait of dims at now and the binding dimension: the one
+// whose earliest conforming instant is latest; on a tie, the one with the
+// fewest requests of its cost left (remaining/cost), then the first. A
+// dimension of cost 0 takes no part.
+func pick(dims []Dim, now float64) (wait float64, binding int) {
+	wait, room := -1.0, math.NaN()
+	for i := range dims {
+		d := &dims[i]
+		if d.Cost == 0 {
+			continue
+		}
+		w := d.Alg.Delay(d.State, now, d.Cost)
+		switch {
+		case w > wait:
+			wait, binding, room = w, i, math.NaN()
+		case w == wait:
+			if room != room {
+				room = headroom(&dims[binding], now)
+			}
+			if h := headroom(d, now); h < room {
+				binding, room = i, h
+			}
+		}
+	}
+	return max(wait, 0), binding
+}
+
+// headroom is how many requests of d's cost d has left at now.
+func headroom(d *Dim, now float64) float64 {
+	rem, _ := d.Alg.Status(d.State, now)
+	return rem / float64(d.Cost)
+}
+
+// Standing is one dimension's figures at an instant (see [Peek]), in
+// milliseconds after it.
+type Standing struct {
+	Delay     float64 // until the dimension's request could first depart (0 for cost 0)
+	Remaining float64 // units that could be admitted at once (not floored)
+	Reset     float64 // until the dimension's state is equivalent to a cold key
+}
+
+// Peek reports, without changing anything, what [AllNotBefore] would
+// decide for dims at now: each dimension's [Standing], written to out
+// (len(dims) long), and the binding dimension, -1 when the floor
+// notBefore comes later than every dimension's delay. The binding
+// dimension is the one whose earliest conforming instant is latest; on a
+// tie (every dimension admitting at once, typically) the one with the
+// fewest requests of its cost left, then the first. A dimension of cost 0
+// is reported but takes no part. Costs are not validated.
+func Peek(dims []Dim, now, notBefore float64, out []Standing) (binding int) {
+	for i := range dims {
+		d := &dims[i]
+		out[i] = Standing{}
+		if d.Cost > 0 {
+			out[i].Delay = d.Alg.Delay(d.State, now, d.Cost)
+		}
+		out[i].Remaining, out[i].Reset = d.Alg.Status(d.State, now)
+	}
+	wait, binding := pick(dims, now)
+	if notBefore-now > wait {
 		return -1
 	}
 	return binding

@@ -5,7 +5,7 @@
 //
 // Lib ports every algorithm line for line (same operations in the same
 // order; Go rounds every product on its own with float64(), and the Lua VM
-// rounds every operation). The entry scripts (Reserve, Settle, Pause) are
+// rounds every operation). The entry scripts (Reserve, Settle, Status, Pause) are
 // Lib followed by a few lines each. ReserveGCRA serves the common case, one
 // dimension of the leaky bucket or GCRA, without Lib: the same decision and
 // stored state as Reserve at a fraction of its cost; it replies with its

@@ -329,6 +329,34 @@ local function clock(arg)
   return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 end
 
+-- headroom is how many requests of d's cost d has left at now.
+local function headroom(d, now)
+  local rem = d.alg.status(d.p, d.st, now)
+  return rem / d.cost
+end
+
+-- pick mirrors algorithms' pick: the wait of dims at now and the binding
+-- dimension (1-based): the latest delay; on a tie, the fewest requests of
+-- its cost left, then the first. A dimension of cost 0 takes no part.
+local function pick(dims, now)
+  local wait, binding, room = -1, 1, nil
+  for i = 1, #dims do
+    local d = dims[i]
+    if d.cost ~= 0 then
+      local w = d.alg.delay(d.p, d.st, now, d.cost)
+      if w > wait then
+        wait, binding, room = w, i, nil
+      elseif w == wait then
+        if room == nil then room = headroom(dims[binding], now) end
+        local h = headroom(d, now)
+        if h < room then binding, room = i, h end
+      end
+    end
+  end
+  if wait < 0 then wait = 0 end
+  return wait, binding
+end
+
 -- all_not_before mirrors algorithms.AllNotBefore. dims[i] = {alg, p, st, cost}.
 -- It returns allowed, wait-or-retry (ms), remaining, reset (ms), binding
 -- (0-based, -1 for the floor) and, when allowed, the new states.
@@ -338,12 +366,7 @@ local function all_not_before(dims, now, not_before)
     local w = dims[i].alg.max_wait(dims[i].p)
     if w < max_wait then max_wait = w end
   end
-  local wait, binding = 0, 1
-  for i = 1, #dims do
-    local d = dims[i]
-    local w = d.alg.delay(d.p, d.st, now, d.cost)
-    if w > wait then wait, binding = w, i end
-  end
+  local wait, binding = pick(dims, now)
   local floored = not_before - now > wait
   if floored then wait = not_before - now end
   local b = dims[binding]

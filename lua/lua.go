@@ -39,6 +39,13 @@ var (
 	//go:embed settle.lua
 	Settle string
 
+	// Status reads keys' standing without writing anything: per
+	// dimension, when a request could depart, what remains and when the key
+	// is cold (algorithms.Peek).
+	//
+	//go:embed status.lua
+	Status string
+
 	// Pause holds keys until now + d.
 	//
 	//go:embed pause.lua

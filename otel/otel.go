@@ -3,6 +3,7 @@ package otel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	otelapi "go.opentelemetry.io/otel"
@@ -368,4 +369,21 @@ func orNoop[T comparable](inst *T, none T) {
 	if *inst == zero {
 		*inst = none
 	}
+}
+
+// Status delegates to the wrapped Reserver's Status (see
+// shaper.Shaper.Status), with the store's own trace; it records no metric
+// (it decides nothing). A wrapped Reserver without a Status method fails
+// with a *shaper.ConfigError.
+func (w *Reserver) Status(ctx context.Context, key string, cost int64) (shaper.Status, error) {
+	if w.inner == nil {
+		return shaper.Status{}, errNil
+	}
+	st, ok := w.inner.(interface {
+		Status(context.Context, string, int64) (shaper.Status, error)
+	})
+	if !ok {
+		return shaper.Status{}, &shaper.ConfigError{Algorithm: "otel", Field: "Reserver", Value: fmt.Sprintf("%T", w.inner), Reason: "the wrapped Reserver has no Status method"}
+	}
+	return st.Status(itrace.With(ctx, w.trace), key, cost)
 }

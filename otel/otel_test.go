@@ -403,7 +403,33 @@ func TestNilReserver(t *testing.T) {
 	if err := r.Pause(context.Background(), "k", time.Second); !errors.As(err, &ce) {
 		t.Errorf("Pause: %v", err)
 	}
+	if _, err := r.(*otel.Reserver).Status(context.Background(), "k", 1); !errors.As(err, &ce) {
+		t.Errorf("Status: %v", err)
+	}
 }
+
+// TestStatusForwarded: a wrapped shaper reports its status through the
+// wrapper, and a wrapped Reserver without Status says so with a typed error.
+func TestStatusForwarded(t *testing.T) {
+	h := newHarness(t)
+	s, _ := newShaper(t, shaper.PerSecond(10).WithBurst(5))
+	r := h.wrap(s).(*otel.Reserver)
+	ctx := context.Background()
+	if _, err := r.Reserve(ctx, "k", 2); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.Status(ctx, "k", 1)
+	if err != nil || st.Remaining != 3 {
+		t.Fatalf("Status through otel.Wrap: %+v %v, want 3 remaining", st, err)
+	}
+	var ce *shaper.ConfigError
+	if _, err := h.wrap(h.wrap(waitOnly{s})).(*otel.Reserver).Status(ctx, "k", 1); !errors.As(err, &ce) {
+		t.Fatalf("a Reserver without Status: %v", err)
+	}
+}
+
+// waitOnly hides every method of a Reserver but the interface's.
+type waitOnly struct{ shaper.Reserver }
 
 // TestDegradedCounted: a Redis store that cannot reach Redis serves by its
 // failure policy, and each such call is counted; store latency is recorded

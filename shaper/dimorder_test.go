@@ -84,7 +84,7 @@ func TestDimensionOrderNeverChangesTheResult(t *testing.T) {
 			if st.keep != nil {
 				after = func() { st.keep(prefix) }
 			}
-			got := runScenarioKeys(t, s, clock, 7, orderKeys, after)
+			got := runScenarioKeys(t, s, clock, 7, orderKeys, after, true)
 			if want == nil {
 				want = got
 				continue

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/shaper"
+	"github.com/throttlekit/throttlekit-go/shaper/shapertest"
 )
 
 // Wait paces calls to a partner that allows 20 per second: each call leaves
@@ -154,4 +155,36 @@ func ExampleReservation_Settle() {
 	next, _ := s.Reserve(ctx, "account-1", 800)
 	fmt.Println("the next 800 wait:", next.Delay) // without Settle: 600ms
 	// Output: the next 800 wait: 0s
+}
+
+// Status reads a key's standing without consuming anything: what to put in
+// RateLimit-Remaining and RateLimit-Reset headers, per dimension and with
+// the one that binds named.
+func ExampleShaper_Status() {
+	store := shaper.NewMemoryStore()
+	defer store.Close()
+	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, err := shaper.All(store, []shaper.Dimension{
+		{Name: "requests", Rate: shaper.PerMinute(60).WithBurst(50), Cost: func(int64) int64 { return 1 }},
+		{Name: "tokens", Rate: shaper.PerMinute(60000).WithBurst(4000)},
+	}, shaper.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	if _, err := s.Reserve(ctx, "account-7", 2500); err != nil {
+		panic(err)
+	}
+	for _, tokens := range []int64{10, 1000, 3000} {
+		st, err := s.Status(ctx, "account-7", tokens)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%4d tokens: bound by %s, %d left, could leave in %v, all back in %v\n",
+			tokens, st.Binding, st.Remaining, st.Next.Sub(clock.Now()), st.ResetAt.Sub(clock.Now()))
+	}
+	// Output:
+	//   10 tokens: bound by requests, 49 left, could leave in 0s, all back in 2.5s
+	// 1000 tokens: bound by tokens, 1500 left, could leave in 0s, all back in 2.5s
+	// 3000 tokens: bound by tokens, 1500 left, could leave in 1.5s, all back in 2.5s
 }

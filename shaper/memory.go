@@ -332,7 +332,7 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 		dec.RetryAfter = algorithms.Duration(wait)
 		return 0, 0, 0, 0, nil
 	}
-	dec.Allowed, dec.Delay = true, algorithms.Duration(wait)
+	dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(wait), k.Remaining(next, now)
 	if exists {
 		t.slab[i] = next
 	} else {
@@ -363,14 +363,14 @@ func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key strin
 		before = now + wait
 	}
 	if at, seq, ok := l.Take(k, now, floor, before, cost); ok {
-		dec.Allowed, dec.Delay = true, algorithms.Duration(at-now)
+		dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(at-now), k.Remaining(tat, now)
 		return tat, t.gens[i] &^ hasLedger, seq, at, nil
 	}
 	if !allowed {
 		dec.RetryAfter = algorithms.Duration(wait)
 		return 0, 0, 0, 0, nil
 	}
-	dec.Allowed, dec.Delay = true, algorithms.Duration(wait)
+	dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(wait), k.Remaining(next, now)
 	t.slab[i] = next
 	if l.Idle(tat, now) { // cold, no hole ahead: a fresh Ledger, whose steps know every departure
 		l = k.NewLedger(tat, now)
@@ -616,6 +616,26 @@ func (m *MemoryStore) reset(_ context.Context, ks keyset) error {
 			m.keys.Add(-1)
 		}
 	})
+	return nil
+}
+
+// status reads every key with all their shards locked, so that the figures
+// are one instant's, as a reservation would see them.
+func (m *MemoryStore) status(_ context.Context, q *query) error {
+	var shardBuf, lockedBuf [4]*memShard
+	shards, locked := m.lockAll(q.dims, q.keys, shardBuf[:0], lockedBuf[:0])
+	defer unlockAll(locked)
+	dims := make([]algorithms.Dim, len(q.dims))
+	q.until = q.now
+	for i, d := range q.dims {
+		sp := m.space(shards[i], nsOf(d))
+		q.until = max(q.until, sp.floor(q.keys[i], q.now))
+		st, _ := sp.keys.get(q.keys[i])
+		dims[i] = algorithms.Dim{Alg: q.algs[i], State: st, Cost: q.costs[i]}
+	}
+	q.at = q.now
+	q.figures = make([]algorithms.Standing, len(dims))
+	q.binding = algorithms.Peek(dims, q.now, q.until, q.figures)
 	return nil
 }
 

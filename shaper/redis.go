@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/gcra"
 	"github.com/throttlekit/throttlekit-go/internal/script"
 )
 
@@ -482,6 +483,7 @@ func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) e
 		return err
 	}
 	req.dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, rep.Wait), Binding: rep.Binding, Wait: rep.Wait}
+	req.dec.Remaining = gcra.Units(rep.Remaining)
 	req.tags, req.seqs = rep.Tags, rep.Seqs
 	req.at = rep.Now + rep.Wait // as the script computed it
 	return nil
@@ -539,6 +541,7 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, al
 	}
 	req.dec = algorithms.AllDecision{Decision: decisionOf(allowed, wait), Binding: rep.Binding, Wait: wait}
 	if allowed {
+		req.dec.Remaining = k.Remaining(tag, rep.Now)
 		req.tags = append(req.tags[:0], tag) // newMulti's arrays: no allocation
 		req.seqs = append(req.seqs[:0], rep.Seq)
 		req.at = rep.Now + wait
@@ -705,6 +708,70 @@ func (r *RedisStore) pauseLeft(ctx context.Context, ks keyset, now float64) (flo
 		return 0, &StoreError{Op: "pause_left", Err: err}
 	}
 	return algorithms.DurationMillis(left), nil
+}
+
+// status reads the keys' standing with one read-only script call. While
+// Redis is down or silent, FailLocal answers from its local store (what it
+// would grant); the other policies report the outage: there is no shared
+// figure to give.
+func (r *RedisStore) status(ctx context.Context, q *query) error {
+	try, probe := r.health.admit()
+	if !try {
+		return r.localStatus(ctx, q, errJudgedDown)
+	}
+	if probe {
+		defer r.health.probing.Store(false)
+	}
+	ldims := make([]script.Dim, len(q.dims))
+	for i, a := range q.algs {
+		kind, p := a.Params()
+		ldims[i] = script.Dim{Kind: kind, Params: p, Cost: q.costs[i]}
+	}
+	keys := redisKeys(q.keyset)
+	var v any
+	err := r.call(ctx, probe, func(ctx context.Context) error {
+		var err error
+		v, err = script.Status.Run(ctx, r.client, keys, script.ReserveArgs(r.now(q.now), ldims)...).Result()
+		return err
+	})
+	if err != nil {
+		if e := callerDone(ctx); e != nil {
+			return e
+		}
+		switch classify(err) {
+		case failData:
+			return stateError("status", err, q.dims, q.keys)
+		case failDown, failTimeout:
+			return r.localStatus(ctx, q, err)
+		}
+		return &StoreError{Op: "status", Err: err}
+	}
+	rep, err := script.ParseStatus(v, len(q.dims))
+	if err != nil {
+		return &StoreError{Op: "status", Err: err}
+	}
+	q.at, q.until, q.binding, q.figures = rep.Now, rep.Until, rep.Binding, rep.Dims
+	return nil
+}
+
+// localStatus answers status while Redis is down: FailLocal's local store,
+// or the outage.
+func (r *RedisStore) localStatus(ctx context.Context, q *query, cause error) error {
+	if r.local == nil {
+		return &StoreError{Op: "status", Err: cause}
+	}
+	local := *q
+	local.keyset = r.twins(q.keyset)
+	local.algs = make([]algorithms.Algorithm, len(q.dims))
+	for i, d := range local.dims {
+		local.algs[i] = d.alg
+	}
+	local.now = algorithms.Millis(q.dims[0].clock.Now())
+	if err := r.local.status(ctx, &local); err != nil {
+		return err
+	}
+	q.at, q.until, q.binding, q.figures = local.at, local.until, local.binding, local.figures
+	return nil
 }
 
 // localPauseLeft answers pauseLeft while Redis is down.

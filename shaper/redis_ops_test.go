@@ -253,6 +253,21 @@ func TestRedisFailurePolicies(t *testing.T) {
 		if gap := r2.Time().Sub(r1.Time()); gap < 199*time.Millisecond || gap > 201*time.Millisecond {
 			t.Fatalf("%s: FailLocal(0.5) slots %v apart, want 200ms (half of 10/s)", outage, gap)
 		}
+		// Status: FailLocal reads what it grants (its next slot 200 ms after
+		// r2's, counted from one clock reading: within 2 ms); the others
+		// have no shared figure to give.
+		st, err := local.Status(bg, "fresh-"+outage, 1)
+		if err != nil {
+			t.Fatalf("%s: FailLocal Status: %v", outage, err)
+		}
+		if gap := st.Next.Sub(r2.Time()); gap < 198*time.Millisecond || gap > 202*time.Millisecond {
+			t.Fatalf("%s: FailLocal Status says the next slot is %v after the last, want 200ms", outage, gap)
+		}
+		for name, s := range map[string]*Shaper{"FailClosed": closed, "FailOpen": open} {
+			if _, err := s.Status(bg, "k", 1); !errors.Is(err, ErrStoreUnavailable) {
+				t.Fatalf("%s: %s Status: %v, want a *StoreError", outage, name, err)
+			}
+		}
 		if outage == "paused" {
 			srv.Resume()
 		} else {

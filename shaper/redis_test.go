@@ -68,11 +68,14 @@ var oddKeys = []string{"a", "b{x}", "c}", "{d", "e f", "ключ", `g\h`, "a"}
 // after, if not nil, runs after every operation.
 func runScenario(t *testing.T, s *Shaper, clock *timer.Fake, seed uint64, after func()) []string {
 	t.Helper()
-	return runScenarioKeys(t, s, clock, seed, oddKeys, after)
+	return runScenarioKeys(t, s, clock, seed, oddKeys, after, true)
 }
 
-// runScenarioKeys is runScenario over the given keys.
-func runScenarioKeys(t *testing.T, s *Shaper, clock *timer.Fake, seed uint64, oddKeys []string, after func()) []string {
+// runScenarioKeys is runScenario over the given keys. With probe, every
+// reservation is preceded by a Status of its key and cost, whose figures
+// join the transcript (as lines starting "status") and must predict the
+// reservation (checkStatus); the other lines do not depend on probe.
+func runScenarioKeys(t *testing.T, s *Shaper, clock *timer.Fake, seed uint64, oddKeys []string, after func(), probe bool) []string {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 3))
 	var out []string
@@ -81,9 +84,19 @@ func runScenarioKeys(t *testing.T, s *Shaper, clock *timer.Fake, seed uint64, od
 		key := oddKeys[rng.IntN(len(oddKeys))]
 		switch op := rng.IntN(20); {
 		case op < 10:
-			r, err := s.Reserve(bg, key, int64(1+rng.IntN(3)))
+			cost := int64(1 + rng.IntN(3))
+			var st Status
+			if probe {
+				st = probeStatus(t, s, clock, key, cost)
+				out = append(out, fmt.Sprintf("status %d %q: %s", i, key, statusText(st, clock.Now())))
+			}
+			r, err := s.Reserve(bg, key, cost)
 			if err == nil {
 				held = append(held, r)
+			}
+			if probe {
+				checkStatus(t, s, clock, st, r, err)
+				out = append(out, fmt.Sprintf("status %d remaining %d", i, r.Remaining()))
 			}
 			out = append(out, fmt.Sprintf("%d reserve %q: %v %v", i, key, r.Delay, errText(err)))
 		case op < 13:

@@ -246,6 +246,7 @@ type Reservation struct {
 
 	s     *Shaper
 	now   time.Time // when it was granted: it departs at now + Delay
+	rem   int64     // Remaining
 	key   string
 	cost  int64
 	tag   float64
@@ -266,6 +267,13 @@ func (r *Reservation) Time() time.Time {
 	}
 	return r.now.Add(r.Delay)
 }
+
+// Remaining is how many units could still depart at once on r's key
+// right after r was granted, as Status would have reported it then, in the
+// units of the dimension that bound r (chosen by Status's rule). It is 0
+// for a reservation a failure policy granted unpaced (FailOpen) and for
+// one no shaper granted.
+func (r *Reservation) Remaining() int64 { return r.rem }
 
 // Clock returns the clock of the shaper that granted r (the system clock for
 // the zero Reservation), so that a scheduler waits for Time on it.
@@ -607,7 +615,7 @@ func (s *Shaper) reserve(ctx context.Context, key string, cost int64, limit floa
 		return Reservation{}, s.queueFull(key, dec.RetryAfter, binding(m))
 	}
 	// Built in place: the hot path copies no Reservation.
-	return Reservation{Delay: dec.Delay, s: s, now: now, key: key, cost: cost, tag: tag, seq: seq, at: at, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
+	return Reservation{Delay: dec.Delay, s: s, now: now, rem: dec.Remaining, key: key, cost: cost, tag: tag, seq: seq, at: at, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
 }
 
 // Allow admits cost units on key only if they may depart now; it never waits.
@@ -754,7 +762,7 @@ func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) (Reserva
 			return Reservation{}, err
 		}
 		if dec.Allowed {
-			return Reservation{s: s, now: now, key: key, cost: cost, tag: tag, seq: seq, at: at, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
+			return Reservation{s: s, now: now, rem: dec.Remaining, key: key, cost: cost, tag: tag, seq: seq, at: at, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
 		}
 		retry := dec.RetryAfter
 		if waited := now.Sub(start); waited+retry > s.cfg.maxQueue {

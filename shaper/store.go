@@ -26,6 +26,9 @@ type Store interface {
 	// pause holds every departure on the keys for d ms from now (ms; a store
 	// on the server's clock measures from its own now).
 	pause(ctx context.Context, ks keyset, now, d float64) error
+	// status reads the keys' standing without changing anything (see
+	// query).
+	status(ctx context.Context, q *query) error
 	// reset forgets the keys.
 	reset(ctx context.Context, ks keyset) error
 	// pauseLeft returns how many ms remain of the longest pause on the keys
@@ -110,4 +113,18 @@ type settlement struct {
 	now    float64 // the shaper's clock, in ms
 	local  bool    // granted by a failure policy (see RedisStore)
 	holes  bool    // a cancel may leave a hole (a shaper of one contract: see gcra.Ledger)
+}
+
+// query is a read of keys' standing for Status: the inputs, then what the
+// store read, on its own timeline (a RedisStore on Redis TIME).
+type query struct {
+	keyset
+	algs  []algorithms.Algorithm
+	costs []int64 // per dimension; 0: the request leaves it out
+	now   float64 // the shaper's clock, ms
+
+	at      float64               // the instant the store read at, ms
+	until   float64               // the longest pause's end (at when none)
+	binding int                   // as algorithms.Peek: -1 for the pause
+	figures []algorithms.Standing // per dimension
 }

@@ -105,6 +105,24 @@ func (k *Kernel) Reserve(tat, now, notBefore float64, cost int64) (next, wait fl
 	return k.next(a, now, wait, tc), wait, true
 }
 
+// Units floors a remaining-capacity figure to whole units, never below 0
+// nor above 2^53 (the largest exact cost).
+func Units(x float64) int64 {
+	switch {
+	case !(x > 0):
+		return 0
+	case x >= 1<<53:
+		return 1 << 53
+	}
+	return int64(math.Floor(x))
+}
+
+// Remaining is Status's remaining figure in whole units.
+func (k *Kernel) Remaining(tat, now float64) int64 {
+	rem, _ := k.Status(tat, now)
+	return Units(rem)
+}
+
 // Status returns the units admissible at once and the time until tat passes.
 func (k *Kernel) Status(tat, now float64) (remaining, resetAfter float64) {
 	if tat < now {

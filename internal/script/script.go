@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/gcra"
 	"github.com/throttlekit/throttlekit-go/lua"
 )
@@ -29,6 +30,9 @@ var (
 	ReserveGCRA = redis.NewScript(lua.Ledger + lua.ReserveGCRA)
 	// Settle gives back what a reservation did not use (see SettleArgs).
 	Settle = redis.NewScript(lua.Lib + lua.Ledger + lua.Settle)
+	// Status reads keys' standing without writing (ReserveArgs, with cost 0
+	// for a dimension left out; ParseStatus).
+	Status = redis.NewScript(lua.Lib + lua.Status)
 	// Pause holds keys until now + d.
 	Pause = redis.NewScript(lua.Lib + lua.Pause)
 )
@@ -234,6 +238,43 @@ func ParseReserve(v any, dims int) (Reply, error) {
 				return Reply{}, fmt.Errorf("throttlekit: reserve reply: %w", err)
 			}
 		}
+	}
+	return r, nil
+}
+
+// StatusReply is Status's answer: the instant the script read at, the
+// longest pause's end (Now when none), the binding dimension (-1 for the
+// pause) and each dimension's figures.
+type StatusReply struct {
+	Now, Until float64
+	Binding    int
+	Dims       []algorithms.Standing
+}
+
+// ParseStatus reads Status's reply for dims dimensions, checking every
+// element.
+func ParseStatus(v any, dims int) (StatusReply, error) {
+	items, ok := v.([]any)
+	if !ok || len(items) != 3+3*dims {
+		return StatusReply{}, fmt.Errorf("throttlekit: unexpected status reply %v", v)
+	}
+	f := make([]float64, len(items))
+	for i, it := range items {
+		s, ok := it.(string)
+		if !ok {
+			return StatusReply{}, fmt.Errorf("throttlekit: status reply element %d is %T, want a string", i, it)
+		}
+		var err error
+		if f[i], err = strconv.ParseFloat(s, 64); err != nil {
+			return StatusReply{}, fmt.Errorf("throttlekit: status reply: %w", err)
+		}
+	}
+	r := StatusReply{Now: f[0], Until: f[1], Binding: int(f[2]), Dims: make([]algorithms.Standing, dims)}
+	if r.Binding < -1 || r.Binding >= dims {
+		return StatusReply{}, fmt.Errorf("throttlekit: status reply names dimension %d of %d", r.Binding, dims)
+	}
+	for i := range r.Dims {
+		r.Dims[i] = algorithms.Standing{Delay: f[3+3*i], Remaining: f[4+3*i], Reset: f[5+3*i]}
 	}
 	return r, nil
 }

@@ -1,0 +1,132 @@
+package shaper
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/gcra"
+)
+
+// Status is a key's standing, read without consuming anything (see
+// Shaper.Status): what to put in RateLimit-Remaining and RateLimit-Reset
+// style headers and logs.
+type Status struct {
+	// Remaining is how many units could depart at once, in the binding
+	// dimension's units (0 while the key is paused or has a queue).
+	Remaining int64
+	// Next is the earliest instant a request of the cost asked about could
+	// depart, on the shaper's clock (the instant of the read when at once).
+	// With the leaky bucket, Reserve grants it while it is at most MaxQueue
+	// away; the other algorithms admit it from then on.
+	Next time.Time
+	// ResetAt is when the key is back to cold: every dimension's state
+	// forgotten and any pause over, the whole burst available.
+	ResetAt time.Time
+	// PausedUntil is when the key's pause ends (Shaper.Pause, a partner's
+	// Retry-After); zero when it is not paused.
+	PausedUntil time.Time
+	// Binding names the dimension that sets Next and Remaining: the one the
+	// request would wait for longest; when none makes it wait, the one with
+	// the fewest requests of its cost left (Reservation.Remaining follows
+	// the same rule). "pause" for a pause; "" for a shaper of one contract.
+	Binding string
+	// Dimensions holds every dimension's own figures, in name order (one,
+	// named "", for a shaper of one contract).
+	Dimensions []DimensionStatus
+}
+
+// DimensionStatus is one dimension's part of a Status.
+type DimensionStatus struct {
+	Name      string
+	Key       string    // the dimension's key, after its Key mapping
+	Remaining int64     // units that could depart at once, in the dimension's units
+	Next      time.Time // when the request's cost in this dimension could depart, pauses aside (the read's instant for a dimension the request leaves out)
+	ResetAt   time.Time // when the dimension's key is back to cold, pauses aside
+}
+
+// Status reports key's standing for a request of cost, without consuming
+// or writing anything: how many units could depart now, when such a
+// request could depart, and when the key is back to cold, per dimension,
+// with the binding one named. On Redis it is one read-only script call, on
+// Redis TIME; while Redis is down FailLocal answers from its local store
+// and the other policies return a *StoreError. Costs are checked as
+// Reserve checks them.
+func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, error) {
+	if s == nil {
+		return Status{}, errNilShaper
+	}
+	now, err := s.check(ctx, key, cost)
+	if err != nil {
+		return Status{}, err
+	}
+	ks, err := s.keys(key)
+	if err != nil {
+		return Status{}, err
+	}
+	q := &query{keyset: ks, algs: make([]algorithms.Algorithm, len(s.dims)), costs: make([]int64, len(s.dims)), now: algorithms.Millis(now)}
+	for i, d := range s.dims {
+		c := cost
+		if d.cost != nil {
+			if c = d.cost(cost); c < 0 {
+				return Status{}, &CostError{Algorithm: d.alg.Name(), Cost: c, Key: key, Dimension: d.name, Reason: fmt.Sprintf("the dimension's Cost mapped cost %d to a negative cost", cost)}
+			}
+		}
+		if c > 0 {
+			if err := validCost(d, d.alg, ks.keys[i], c); err != nil {
+				return Status{}, err
+			}
+		}
+		q.algs[i], q.costs[i] = d.alg, c
+	}
+	st := startStore(ctx)
+	err = s.store.status(ctx, q)
+	st.done("status", err)
+	if err != nil {
+		return Status{}, err
+	}
+	// Instants on the store's timeline, counted from a reading of the
+	// shaper's clock (taken after the reply for a remote store: never early).
+	// The figures are relative to the store's now, as a reservation's delay
+	// is (an instant in ms since the epoch carries a quarter-µs rounding).
+	anchor := s.anchor(now, false)
+	after := func(ms float64) time.Time { return anchor.Add(algorithms.Duration(ms)) }
+	out := Status{Dimensions: make([]DimensionStatus, len(s.dims)), ResetAt: after(q.until - q.at)}
+	for i, d := range s.dims {
+		f := q.figures[i]
+		ds := DimensionStatus{Name: d.name, Key: ks.keys[i], Remaining: gcra.Units(f.Remaining), Next: after(f.Delay), ResetAt: after(f.Reset)}
+		out.Dimensions[i] = ds
+		if ds.ResetAt.After(out.ResetAt) {
+			out.ResetAt = ds.ResetAt
+		}
+	}
+	if q.until > q.at {
+		out.PausedUntil = after(q.until - q.at)
+	}
+	if q.binding < 0 {
+		out.Binding, out.Next = "pause", after(q.until-q.at)
+		return out, nil
+	}
+	b := out.Dimensions[q.binding]
+	out.Binding, out.Remaining, out.Next = b.Name, b.Remaining, b.Next
+	if !out.PausedUntil.IsZero() { // paused, if for less time than the request waits anyway
+		out.Remaining = 0
+	}
+	return out, nil
+}
+
+// Status reports the standing of key on the Reserver it routes to (see
+// Shaper.Status); one that cannot report it fails with a *ConfigError.
+func (r *router) Status(ctx context.Context, key string, cost int64) (Status, error) {
+	to, err := r.to(key)
+	if err != nil {
+		return Status{}, err
+	}
+	if st, ok := to.(interface {
+		Status(context.Context, string, int64) (Status, error)
+	}); ok {
+		return st.Status(ctx, key, cost)
+	}
+	return Status{}, &ConfigError{Algorithm: "route", Field: "pick", Value: fmt.Sprintf("%T", to), Reason: "the Reserver picked for the key has no Status method"}
+}
