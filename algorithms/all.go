@@ -21,6 +21,10 @@ type AllDecision struct {
 	// Wait is Delay (admitted) or RetryAfter (refused) in unrounded
 	// milliseconds, as the Lua form computes it.
 	Wait float64
+	// Took has bit i set for each dimension i that committed: every one
+	// for an admitted All, those that admitted the request for [AnyWithin],
+	// none for a refusal.
+	Took uint64
 }
 
 // All reserves cost in every dimension at once, or in none. The request
@@ -70,13 +74,13 @@ func AllWithin(dims []Dim, now, notBefore, maxWait float64) (AllDecision, error)
 	b := &dims[binding]
 	if wait > maxWait {
 		rem, reset := b.Alg.Status(b.State, now)
-		return AllDecision{makeDecision(false, wait-maxWait, rem, reset), bindingOr(floored, binding), wait - maxWait}, nil
+		return AllDecision{makeDecision(false, wait-maxWait, rem, reset), bindingOr(floored, binding), wait - maxWait, 0}, nil
 	}
 	for i := range dims {
 		dims[i].State = dims[i].Alg.Commit(dims[i].State, now, wait, dims[i].Cost)
 	}
 	rem, reset := b.Alg.Status(b.State, now)
-	return AllDecision{makeDecision(true, wait, rem, reset), bindingOr(floored, binding), wait}, nil
+	return AllDecision{makeDecision(true, wait, rem, reset), bindingOr(floored, binding), wait, 1<<len(dims) - 1}, nil
 }
 
 func bindingOr(floor bool, binding int) int {

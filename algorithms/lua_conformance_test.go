@@ -54,7 +54,7 @@ func runKept(ctx context.Context, c *redis.Client, sc *redis.Script, keys []stri
 // loadScripts loads the scripts runKept runs, which sends EVALSHA only.
 func loadScripts(t *testing.T, c *redis.Client) {
 	t.Helper()
-	for _, s := range []*redis.Script{script.Reserve, script.ReserveGCRA} {
+	for _, s := range []*redis.Script{script.Reserve, script.ReserveGCRA, script.Status} {
 		if err := s.Load(context.Background(), c).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -152,8 +152,22 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 	ctx := context.Background()
 	t0 := algorithms.Millis(time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC))
 	var transcript strings.Builder
-	steps, gcraSteps := 0, 0
-	for ci, algs := range configs() {
+	steps, gcraSteps, anySteps := 0, 0, 0
+	type mode struct {
+		algs []algorithms.Algorithm
+		any  bool // AnyWithin instead of All (the multi-dimension configurations again)
+	}
+	var modes []mode
+	for _, algs := range configs() {
+		modes = append(modes, mode{algs: algs})
+	}
+	for _, algs := range configs() {
+		if len(algs) > 1 {
+			modes = append(modes, mode{algs: algs, any: true})
+		}
+	}
+	for ci, m := range modes {
+		algs := m.algs
 		keys := make([]string, 0, 2*len(algs))
 		for d := range algs {
 			keys = append(keys, stateAndPause(fmt.Sprintf("conf:{%d}:%d:s", ci, d))...)
@@ -161,6 +175,9 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 		states := make([]algorithms.State, len(algs))
 		now := t0
 		fmt.Fprintf(&transcript, "config %d:", ci)
+		if m.any {
+			transcript.WriteString(" any")
+		}
 		for _, a := range algs {
 			kind, p := a.Params()
 			fmt.Fprintf(&transcript, " %s%v", kind, p)
@@ -184,9 +201,39 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 				kind, p := a.Params()
 				ldims[d] = script.Dim{Kind: kind, Params: p, Cost: cost}
 			}
-			goDec, err := algorithms.AllNotBefore(dims, now, now)
+			args := script.ReserveArgs(script.Float(now), ldims)
+			if m.any {
+				args = append(args, script.Any)
+			}
+			// Status first: it reads what Peek (PeekAny) computes, bit for bit.
+			sv, err := script.Status.EvalSha(ctx, client, keys, args...).Result()
+			if err != nil {
+				t.Fatalf("config %d step %d: status: %v", ci, si, err)
+			}
+			srep, err := script.ParseStatus(sv, len(algs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			peek := make([]algorithms.Standing, len(algs))
+			pb := algorithms.Peek(dims, now, now, peek)
+			if m.any {
+				pb = algorithms.PeekAny(dims, now, now, peek)
+			}
+			if pb != srep.Binding || !slices.Equal(peek, srep.Dims) || srep.Now != now || srep.Until != now {
+				t.Fatalf("config %d step %d: Peek binds %d %+v, the status script %+v", ci, si, pb, peek, srep)
+			}
+			var goDec algorithms.AllDecision
+			if m.any {
+				goDec, err = algorithms.AnyWithin(dims, now, now, math.Inf(1))
+				anySteps++
+			} else {
+				goDec, err = algorithms.AllNotBefore(dims, now, now)
+			}
 			if err != nil {
 				t.Fatalf("config %d step %d: %v", ci, si, err)
+			}
+			if goDec.Allowed && pb >= 0 && pb != goDec.Binding {
+				t.Fatalf("config %d step %d: Peek binds %d, the decision %d", ci, si, pb, goDec.Binding)
 			}
 			if len(algs) == 1 { // the memory store's single-key path must agree with All
 				next, d1, _ := algorithms.ReserveNotBefore(algs[0], slices.Clone(states[0]), now, now, cost)
@@ -194,7 +241,7 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 					t.Fatalf("config %d step %d: ReserveNotBefore %+v differs from AllNotBefore %+v", ci, si, d1, goDec)
 				}
 			}
-			v, err := runKept(ctx, client, script.Reserve, keys, script.ReserveArgs(script.Float(now), ldims)...)
+			v, err := runKept(ctx, client, script.Reserve, keys, args...)
 			if err != nil {
 				t.Fatalf("config %d step %d: %v", ci, si, err)
 			}
@@ -231,13 +278,17 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 				gcraSteps++
 			}
 			luaDec := algorithms.MakeDecision(rep.Allowed, rep.Wait, rep.Remaining, rep.Reset)
-			if luaDec != goDec.Decision || rep.Binding != goDec.Binding || rep.Now != now {
+			if luaDec != goDec.Decision || rep.Binding != goDec.Binding || rep.Now != now || rep.Took != goDec.Took {
 				t.Fatalf("config %d step %d (now %v, cost %d): Go %+v binding %d, Lua %+v binding %d (raw %+v)",
 					ci, si, script.Float(now), cost, goDec.Decision, goDec.Binding, luaDec, rep.Binding, rep)
 			}
 			transcript.WriteString(fmt.Sprintf("%d %s c%d %s |", si, script.Float(now-t0), cost, fmtDecision(goDec.Decision, goDec.Binding)))
+			if m.any {
+				transcript.WriteString(fmt.Sprintf(" took %b |", goDec.Took))
+			}
 			for d := range algs {
-				if goDec.Allowed {
+				took := goDec.Took&(1<<d) != 0
+				if took {
 					states[d] = dims[d].State
 				}
 				stored, err := client.Get(ctx, keys[2*d]).Result()
@@ -251,7 +302,7 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 				if fmtState(luaState) != fmtState(states[d]) {
 					t.Fatalf("config %d step %d dim %d: Go state %q, Lua state %q", ci, si, d, fmtState(states[d]), stored)
 				}
-				if goDec.Allowed && rep.Tags[d] != states[d][0] {
+				if took && rep.Tags[d] != states[d][0] {
 					t.Fatalf("config %d step %d dim %d: tag %v, state[0] %v", ci, si, d, rep.Tags[d], states[d][0])
 				}
 				transcript.WriteString(" " + fmtState(states[d]) + " |")
@@ -263,8 +314,8 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(configs()) < 20 || steps < 20*400 || gcraSteps != 5*400 {
-		t.Fatalf("only %d configurations, %d steps, %d through ReserveGCRA", len(configs()), steps, gcraSteps)
+	if len(configs()) < 20 || steps < 20*400 || gcraSteps != 5*400 || anySteps < 5*400 {
+		t.Fatalf("only %d configurations, %d steps, %d through ReserveGCRA, %d any", len(configs()), steps, gcraSteps, anySteps)
 	}
 	const golden = "testdata/conformance.golden"
 	if *update {

@@ -383,3 +383,75 @@ local function all_not_before(dims, now, not_before)
   local rem, reset = b.alg.status(b.p, b.st, now)
   return true, wait, rem, reset, bind
 end
+
+-- any_not_before mirrors algorithms.AnyWithin (max_wait: the caller's
+-- longest wait, or nil): the request departs when some dimension first
+-- admits it, and every dimension admitting it then commits. It returns
+-- allowed, wait-or-retry (ms), remaining, reset (ms), binding (0-based, -1
+-- for the floor) and took (per dimension, true when it committed).
+local function any_not_before(dims, now, not_before, max_wait)
+  for i = 1, #dims do
+    local w = dims[i].alg.max_wait(dims[i].p)
+    if max_wait == nil or w < max_wait then max_wait = w end
+  end
+  local delays, took = {}, {}
+  local wait, soonest = math.huge, 1
+  for i = 1, #dims do
+    local d = dims[i]
+    delays[i] = d.alg.delay(d.p, d.st, now, d.cost)
+    took[i] = false
+    if delays[i] < wait then wait, soonest = delays[i], i end
+  end
+  local floored = not_before - now > wait
+  if floored then wait = not_before - now end
+  if wait > max_wait then
+    local b = dims[soonest]
+    local rem, reset = b.alg.status(b.p, b.st, now)
+    local bind = soonest - 1
+    if floored then bind = -1 end
+    return false, wait - max_wait, rem, reset, bind, took
+  end
+  local best, room = soonest, -math.huge
+  for i = 1, #dims do
+    if delays[i] <= wait then
+      local h = headroom(dims[i], now)
+      if h > room then best, room = i, h end
+    end
+  end
+  for i = 1, #dims do
+    if delays[i] <= wait then
+      local d = dims[i]
+      d.st = d.alg.commit(d.p, d.st, now, wait, d.cost)
+      took[i] = true
+    end
+  end
+  local b = dims[best]
+  local rem, reset = b.alg.status(b.p, b.st, now)
+  local bind = best - 1
+  if floored then bind = -1 end
+  return true, wait, rem, reset, bind, took
+end
+
+-- peek_any mirrors algorithms.PeekAny's binding (1-based, 0 for the floor),
+-- given each dimension's delay and remaining (dimensions of cost 0 aside).
+local function peek_any(dims, now, not_before, delays, rems)
+  local wait, soonest, max_wait = math.huge, 1, math.huge
+  for i = 1, #dims do
+    local d = dims[i]
+    if d.cost ~= 0 then
+      local w = d.alg.max_wait(d.p)
+      if w < max_wait then max_wait = w end
+      if delays[i] < wait then wait, soonest = delays[i], i end
+    end
+  end
+  if not_before - now > wait then return 0 end
+  if wait > max_wait then return soonest end
+  local best, room = soonest, -math.huge
+  for i = 1, #dims do
+    if dims[i].cost ~= 0 and delays[i] <= wait then
+      local h = rems[i] / dims[i].cost
+      if h > room then best, room = i, h end
+    end
+  end
+  return best
+end

@@ -3,10 +3,13 @@
 -- KEYS: per dimension, its state key K then its pause key (a Ledger lives in
 --   K:l, K:h and K:b: ledger.lua).
 -- ARGV[1]: now in ms ('' for the server's TIME); then per dimension 8 values:
---   kind, six parameters, cost.
+--   kind, six parameters, cost; then optionally 'any': any dimension may
+--   admit (algorithms.AnyWithin), and only those admitting commit.
 -- Reply: {allowed '1'|'0', wait-or-retry ms, remaining, reset ms, binding, now,
 --   then, when allowed, each dimension's new state[1] (its cancel tag), then
---   each dimension's sequence number in its key's Ledger ('0': none)}.
+--   each dimension's sequence number in its key's Ledger ('0': none), then
+--   with 'any' which dimensions committed ('1' or '0' each; a dimension
+--   that did not has tag '0')}.
 local now = clock(ARGV[1])
 local n = #KEYS / 2
 local dims = {}
@@ -49,26 +52,43 @@ for i = 1, n do
     if v > not_before then not_before = v end
   end
 end
-local ok, wait, rem, reset, bind = all_not_before(dims, now, not_before)
+local any_mode = ARGV[2 + n * 8] == 'any'
+local ok, wait, rem, reset, bind, took
+if any_mode then
+  ok, wait, rem, reset, bind, took = any_not_before(dims, now, not_before, nil)
+else
+  ok, wait, rem, reset, bind = all_not_before(dims, now, not_before)
+end
 local ok_s = '0'
 if ok then ok_s = '1' end
 local reply = {ok_s, fmt(wait), fmt(rem), fmt(reset), tostring(bind), fmt(now)}
 if ok then
   for i = 1, n do
     local d = dims[i]
-    local _, cold_in = d.alg.status(d.p, d.st, now)
-    local ttl = math.ceil(cold_in)
-    if ttl < 1 then ttl = 1 end
-    redis.call('SET', KEYS[2 * i - 1], encode(d.st), 'PX', ttl)
-    reply[#reply + 1] = fmt(d.st[1])
+    if took and not took[i] then
+      reply[#reply + 1] = '0'
+    else
+      local _, cold_in = d.alg.status(d.p, d.st, now)
+      local ttl = math.ceil(cold_in)
+      if ttl < 1 then ttl = 1 end
+      redis.call('SET', KEYS[2 * i - 1], encode(d.st), 'PX', ttl)
+      reply[#reply + 1] = fmt(d.st[1])
+    end
   end
   for i = 1, n do -- a key of the GCRA family with a Ledger records the departure
     local d, seq = dims[i], '0'
-    if d.l then
+    if d.l and (not took or took[i]) then
       seq = fmt(d.led.grant(d.l, d.lk[3], d.p[1], now + wait, d.cost))
       d.led.save(d.l, d.lk, d.st[1], now)
     end
     reply[#reply + 1] = seq
+  end
+  if took then -- which dimensions committed, as '0' and '1'
+    local mask = {}
+    for i = 1, n do
+      if took[i] then mask[i] = '1' else mask[i] = '0' end
+    end
+    reply[#reply + 1] = table.concat(mask)
   end
 end
 return reply

@@ -13,10 +13,11 @@
 //
 // Most callers want Wait. Reserve returns the slot without sleeping; Allow
 // admits only what may leave now; Status reads what is left without
-// consuming; Pause holds a key (a partner's 429); Reset forgets it. A wait longer than MaxQueue is refused at once with a
-// *QueueFullError and consumes nothing. All combines several contracts
-// (requests and tokens per minute). Bad input gets a typed error and writes
-// nothing; a done ctx returns ctx.Err() unchanged. Shapers and stores are
-// safe for concurrent use. The docs/ folder says what each algorithm
-// guarantees and how a fleet shares a budget.
+// consuming; Pause holds a key (a partner's 429); Reset forgets it. A wait
+// longer than MaxQueue is refused at once with a *QueueFullError and
+// consumes nothing. All combines several contracts (requests and tokens per
+// minute); Any admits what any one of them admits. Bad input gets a typed
+// error and writes nothing; a done ctx returns ctx.Err() unchanged. Shapers
+// and stores are safe for concurrent use. The docs/ folder says what each
+// algorithm guarantees and how a fleet shares a budget.
 package shaper

@@ -188,3 +188,34 @@ func ExampleShaper_Status() {
 	// 1000 tokens: bound by tokens, 1500 left, could leave in 0s, all back in 2.5s
 	// 3000 tokens: bound by tokens, 1500 left, could leave in 1.5s, all back in 2.5s
 }
+
+// Any admits a request when any one of its contracts does: each account
+// has its own 1 per second and may draw on a pool of 3 per minute shared by
+// every account. Only the contracts that admit a request consume.
+func ExampleAny() {
+	store := shaper.NewMemoryStore()
+	defer store.Close()
+	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, err := shaper.Any(store, []shaper.Dimension{
+		{Name: "own", Rate: shaper.PerSecond(1)},
+		{Name: "pool", Rate: shaper.PerMinute(3).WithBurst(3), Key: func(string) string { return "pool" }},
+	}, shaper.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for range 5 {
+		r, err := s.Reserve(ctx, "account-7", 1)
+		if err != nil {
+			panic(err)
+		}
+		st, _ := s.Status(ctx, "account-7", 1)
+		fmt.Printf("leave in %v; pool left: %d\n", r.Delay, st.Dimensions[1].Remaining)
+	}
+	// Output:
+	// leave in 0s; pool left: 2
+	// leave in 0s; pool left: 1
+	// leave in 0s; pool left: 0
+	// leave in 1s; pool left: 0
+	// leave in 2s; pool left: 0
+}

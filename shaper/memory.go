@@ -466,7 +466,13 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 			return ErrStoreFull
 		}
 	}
-	dec, err := algorithms.AllWithin(dims, req.now, floor, req.limit)
+	var dec algorithms.AllDecision
+	var err error
+	if req.any {
+		dec, err = algorithms.AnyWithin(dims, req.now, floor, req.limit)
+	} else {
+		dec, err = algorithms.AllWithin(dims, req.now, floor, req.limit)
+	}
 	req.dec = dec
 	if err != nil || !dec.Allowed {
 		for range fresh {
@@ -480,6 +486,13 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 	req.tags, req.gens, req.seqs = req.tags[:0], req.gens[:0], req.seqs[:0] // newMulti's arrays: no allocation up to four dimensions
 	req.at = req.now + dec.Wait
 	for i, d := range req.dims {
+		if dec.Took&(1<<i) == 0 { // Any: a dimension that did not admit is untouched
+			if _, exists := spaces[i].keys.get(req.keys[i]); !exists {
+				m.unclaim()
+			}
+			req.tags, req.gens, req.seqs = append(req.tags, 0), append(req.gens, 0), append(req.seqs, 0)
+			continue
+		}
 		stored, isNew, gen := spaces[i].keys.put(req.keys[i], dims[i].State)
 		if isNew {
 			m.trackState(spaces[i], nsOf(d), stored, dims[i].State, req.now)
@@ -635,7 +648,11 @@ func (m *MemoryStore) status(_ context.Context, q *query) error {
 	}
 	q.at = q.now
 	q.figures = make([]algorithms.Standing, len(dims))
-	q.binding = algorithms.Peek(dims, q.now, q.until, q.figures)
+	if q.any {
+		q.binding = algorithms.PeekAny(dims, q.now, q.until, q.figures)
+	} else {
+		q.binding = algorithms.Peek(dims, q.now, q.until, q.figures)
+	}
 	return nil
 }
 

@@ -431,7 +431,7 @@ func (r *RedisStore) serve(ctx context.Context, req *multi, cause error) error {
 	r.degrade(ctx, "reserve")
 	req.local = true
 	if r.policy.kind == 1 { // FailOpen: nothing to refund
-		req.dec = algorithms.AllDecision{Decision: decisionOf(true, 0)}
+		req.dec = algorithms.AllDecision{Decision: decisionOf(true, 0), Took: 1<<len(req.dims) - 1}
 		req.tags = nil
 		return nil
 	}
@@ -469,10 +469,14 @@ func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) e
 		ldims[i] = script.Dim{Kind: kind, Params: p, Cost: req.costs[i]}
 	}
 	keys := redisKeys(req.keyset)
+	args := script.ReserveArgs(r.now(req.now), ldims)
+	if req.any {
+		args = append(args, script.Any)
+	}
 	var v any
 	err := r.call(ctx, probe, func(ctx context.Context) error {
 		var err error
-		v, err = script.Reserve.Run(ctx, r.client, keys, script.ReserveArgs(r.now(req.now), ldims)...).Result()
+		v, err = script.Reserve.Run(ctx, r.client, keys, args...).Result()
 		return err
 	})
 	if err != nil {
@@ -482,7 +486,7 @@ func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) e
 	if err != nil {
 		return err
 	}
-	req.dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, rep.Wait), Binding: rep.Binding, Wait: rep.Wait}
+	req.dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, rep.Wait), Binding: rep.Binding, Wait: rep.Wait, Took: rep.Took}
 	req.dec.Remaining = gcra.Units(rep.Remaining)
 	req.tags, req.seqs = rep.Tags, rep.Seqs
 	req.at = rep.Now + rep.Wait // as the script computed it
@@ -541,6 +545,7 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, al
 	}
 	req.dec = algorithms.AllDecision{Decision: decisionOf(allowed, wait), Binding: rep.Binding, Wait: wait}
 	if allowed {
+		req.dec.Took = 1
 		req.dec.Remaining = k.Remaining(tag, rep.Now)
 		req.tags = append(req.tags[:0], tag) // newMulti's arrays: no allocation
 		req.seqs = append(req.seqs[:0], rep.Seq)
@@ -728,10 +733,14 @@ func (r *RedisStore) status(ctx context.Context, q *query) error {
 		ldims[i] = script.Dim{Kind: kind, Params: p, Cost: q.costs[i]}
 	}
 	keys := redisKeys(q.keyset)
+	args := script.ReserveArgs(r.now(q.now), ldims)
+	if q.any {
+		args = append(args, script.Any)
+	}
 	var v any
 	err := r.call(ctx, probe, func(ctx context.Context) error {
 		var err error
-		v, err = script.Status.Run(ctx, r.client, keys, script.ReserveArgs(r.now(q.now), ldims)...).Result()
+		v, err = script.Status.Run(ctx, r.client, keys, args...).Result()
 		return err
 	})
 	if err != nil {

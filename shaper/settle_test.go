@@ -48,35 +48,7 @@ func settleRun(t *testing.T, store Store, name string, seed uint64, multi bool) 
 	}
 	var all []*held
 	latest := time.Time{}
-	// Redis expires keys on its own clock: while this test's clock stands
-	// still, a slow step (a loaded machine) must not let a key's TTL, set
-	// from the test's clock, run out. After every step the key's Redis keys
-	// lose their TTL.
-	keep := func() {}
-	if rs, ok := store.(*RedisStore); ok {
-		ks, err := s.keys("k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		all := redisKeys(ks)
-		for i := range ks.dims {
-			for _, suffix := range ledgerSuffixes {
-				all = append(all, all[2*i]+suffix)
-			}
-		}
-		keep = func() {
-			if _, err := rs.client.Pipelined(bg, func(p redis.Pipeliner) error {
-				for _, k := range all {
-					p.Persist(bg, k)
-				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	for step := range 250 {
-		keep()
 		switch op := rng.IntN(20); {
 		case op < 8:
 			cost := int64(1 + rng.IntN(int(burst)+2))
@@ -156,6 +128,8 @@ func TestSettledAndCancelledSlotsKeepTheContract(t *testing.T) {
 	// that reason alone.
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRetries: -1})
 	t.Cleanup(func() { _ = cluster.Close() })
+	timeless(node)
+	timeless(cluster)
 	stores := map[string]func() Store{
 		"memory":  func() Store { return NewMemoryStore(WithSweepInterval(0)) },
 		"redis":   func() Store { return NewRedisStore(node, WithClientClock()) },

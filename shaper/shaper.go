@@ -63,6 +63,7 @@ type Shaper struct {
 	// decides at the now it is given, and the delay counts from that now.
 	remote bool
 	single bool // one dimension, no Key or Cost mapping
+	any    bool // Any: a dimension admitting is enough (algorithms.AnyWithin)
 	slot   *dim // the dimension whose key is the hash slot (nil: the caller's key); see Dimension.Slot
 }
 
@@ -122,6 +123,33 @@ func New(store Store, rate Rate, opts ...Option) (*Shaper, error) {
 //		{Name: "tokens", Rate: shaper.PerMinute(90000).WithBurst(90000)},
 //	})
 func All(store Store, dims []Dimension, opts ...Option) (*Shaper, error) {
+	return combine(store, dims, opts, false)
+}
+
+// Any returns a shaper of several contracts of which any one may admit a
+// request: it departs at the earliest instant some dimension allows, and
+// only the dimensions that admit it then consume (a refusal consumes
+// nothing). A partner that grants each account its own 10/s and lets every
+// account draw on a shared pool of 100/s besides:
+//
+//	shaper.Any(store, []shaper.Dimension{
+//		{Name: "own", Rate: shaper.PerSecond(10)},
+//		{Name: "pool", Rate: shaper.PerSecond(100), Key: func(string) string { return "pool" }},
+//	})
+//
+// The binding dimension (Status, QueueFullError) is the admitting one with
+// the most requests of the cost left, or, when none admits, the one that
+// admits soonest. A cost that one dimension could never admit leaves that
+// dimension out; at most algorithms.MaxAnyDims dimensions.
+func Any(store Store, dims []Dimension, opts ...Option) (*Shaper, error) {
+	if len(dims) > algorithms.MaxAnyDims {
+		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimensions", Value: len(dims), Reason: fmt.Sprintf("Any combines at most %d", algorithms.MaxAnyDims)}
+	}
+	return combine(store, dims, opts, true)
+}
+
+// combine is All (any false) and Any.
+func combine(store Store, dims []Dimension, opts []Option, any bool) (*Shaper, error) {
 	if len(dims) == 0 {
 		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimensions", Value: 0, Reason: "need at least one"}
 	}
@@ -148,7 +176,13 @@ func All(store Store, dims []Dimension, opts ...Option) (*Shaper, error) {
 	if marked == 0 && mapped > 1 {
 		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.Slot", Value: false, Reason: "several dimensions map the key: mark the broadest one (whose key the others' keys determine) with Slot"}
 	}
-	return newShaper(store, dims, opts)
+	s, err := newShaper(store, dims, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.any = any && len(s.dims) > 1
+	s.single = s.single && !s.any
+	return s, nil
 }
 
 func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
@@ -519,7 +553,8 @@ func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool,
 // cost mapped, then one transition over all of them in the store.
 func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow bool, ms, limit float64, dec *algorithms.Decision) (*multi, error) {
 	req := newMulti(len(s.dims), ms, s.slotOf(key))
-	req.limit = limit
+	req.limit, req.any = limit, s.any
+	var refused error // Any: the first cost a dimension could never admit
 	for _, d := range s.dims {
 		c, k := cost, key
 		if d.cost != nil {
@@ -541,15 +576,24 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 			alg = d.allow
 		}
 		if err := validCost(d, alg, k, c); err != nil {
-			return nil, err
+			if !s.any {
+				return nil, err
+			}
+			if refused == nil { // this dimension could never admit it: the others may
+				refused = err
+			}
+			continue
 		}
 		req.dims = append(req.dims, d)
 		req.algs = append(req.algs, alg)
 		req.keys = append(req.keys, k)
 		req.costs = append(req.costs, c)
 	}
-	if len(req.dims) == 0 { // every dimension left out: nothing to limit
-		dec.Allowed = true
+	if len(req.dims) == 0 {
+		if refused != nil { // Any: no dimension could ever admit it
+			return nil, refused
+		}
+		dec.Allowed = true // every dimension left out: nothing to limit
 		return nothingToLimit, nil
 	}
 	st := startStore(ctx)
@@ -558,6 +602,7 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 	if err != nil {
 		return nil, err
 	}
+	req.keepTook()
 	*dec = req.dec.Decision
 	return req, nil
 }

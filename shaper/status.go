@@ -1,8 +1,10 @@
 package shaper
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
@@ -65,7 +67,8 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 	if err != nil {
 		return Status{}, err
 	}
-	q := &query{keyset: ks, algs: make([]algorithms.Algorithm, len(s.dims)), costs: make([]int64, len(s.dims)), now: algorithms.Millis(now)}
+	q := &query{keyset: ks, algs: make([]algorithms.Algorithm, len(s.dims)), costs: make([]int64, len(s.dims)), now: algorithms.Millis(now), any: s.any}
+	var refused error // Any: the first cost a dimension could never admit
 	for i, d := range s.dims {
 		c := cost
 		if d.cost != nil {
@@ -75,10 +78,16 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 		}
 		if c > 0 {
 			if err := validCost(d, d.alg, ks.keys[i], c); err != nil {
-				return Status{}, err
+				if !s.any {
+					return Status{}, err
+				}
+				refused, c = cmp.Or(refused, err), 0 // this dimension could never admit it: the others may
 			}
 		}
 		q.algs[i], q.costs[i] = d.alg, c
+	}
+	if refused != nil && !slices.ContainsFunc(q.costs, func(c int64) bool { return c > 0 }) {
+		return Status{}, refused
 	}
 	st := startStore(ctx)
 	err = s.store.status(ctx, q)

@@ -30,12 +30,15 @@ func statusText(st Status, now time.Time) string {
 // after the key is cold: ResetAt can come before Next), the binding dimension's figures on
 // top, ResetAt the latest, and, for a shaper of one contract, Remaining
 // exact (Remaining units depart at once, one more does not).
-func probeStatus(t *testing.T, s *Shaper, clock *timer.Fake, key string, cost int64) Status {
+func probeStatus(t *testing.T, s *Shaper, clock *timer.Fake, key string, cost int64) (Status, error) {
 	t.Helper()
 	now := clock.Now()
 	st, err := s.Status(bg, key, cost)
 	if err != nil {
-		t.Fatalf("Status(%q, %d): %v", key, cost, err)
+		if !errors.Is(err, ErrInvalidCost) {
+			t.Fatalf("Status(%q, %d): %v", key, cost, err)
+		}
+		return st, err
 	}
 	if st.Next.Before(now) || st.ResetAt.Before(now) || st.ResetAt.Before(st.PausedUntil) ||
 		st.Binding == "pause" && (!st.Next.Equal(st.PausedUntil) || !st.Next.After(now)) {
@@ -63,14 +66,14 @@ func probeStatus(t *testing.T, s *Shaper, clock *timer.Fake, key string, cost in
 	if len(s.dims) == 1 && st.Binding == "" && st.Remaining > 0 && st.Remaining <= 1<<20 {
 		at, err := s.Status(bg, key, st.Remaining)
 		if err == nil && !at.Next.Equal(now) {
-			t.Fatalf("%s: Status says %d remain, but a request of %d departs at +%v (%s / %s)", s.dims[0].alg.Name(), st.Remaining, st.Remaining, at.Next.Sub(now), statusText(st, now), statusText(at, now))
+			t.Fatalf("%s: Status says %d remain, but a request of %d departs at +%v", s.dims[0].alg.Name(), st.Remaining, st.Remaining, at.Next.Sub(now))
 		}
 		more, err := s.Status(bg, key, st.Remaining+1)
 		if err == nil && !more.Next.After(now) {
 			t.Fatalf("Status says %d remain, but a request of %d departs at once", st.Remaining, st.Remaining+1)
 		}
 	}
-	return st
+	return st, nil
 }
 
 // checkStatus checks that st, read just before r was reserved at the same
@@ -78,8 +81,14 @@ func probeStatus(t *testing.T, s *Shaper, clock *timer.Fake, key string, cost in
 // than Next (earlier only by a hole a cancelled slot left), a refusal
 // means Next lies past MaxQueue (at once for the algorithms that never
 // queue), and r's Remaining is what a Status would read now.
-func checkStatus(t *testing.T, s *Shaper, clock *timer.Fake, st Status, r Reservation, err error) {
+func checkStatus(t *testing.T, s *Shaper, clock *timer.Fake, st Status, stErr error, r Reservation, err error) {
 	t.Helper()
+	if stErr != nil { // a cost Status refused, Reserve refuses alike
+		if !errors.Is(err, ErrInvalidCost) {
+			t.Fatalf("Status refused the cost (%v), Reserve answered %v", stErr, err)
+		}
+		return
+	}
 	now := clock.Now()
 	wait := st.Next.Sub(now)
 	limit := time.Duration(0)
@@ -114,6 +123,8 @@ func TestStatusConsumesNothing(t *testing.T) {
 	t.Parallel()
 	_, single := redisClient(t)
 	cluster := redistest.StartCluster(t).Client(t)
+	timeless(single)
+	timeless(cluster)
 	stores := []struct {
 		name   string
 		client redis.UniversalClient
@@ -124,17 +135,15 @@ func TestStatusConsumesNothing(t *testing.T) {
 				clock := timer.NewFake(t0)
 				prefix := fmt.Sprintf("nothing%d%v:", i, probe)
 				var store Store = NewMemoryStore(WithSweepInterval(0))
-				var after func()
 				if st.client != nil {
 					store = NewRedisStore(st.client, WithClientClock(), WithRedisTimeout(slowMachine))
-					after = func() { keepKeys(t, st.client, prefix) }
 				}
 				s, err := sc.make(store, clock, prefix)
 				if err != nil {
 					t.Fatal(err)
 				}
 				var out []string
-				for _, line := range runScenarioKeys(t, s, clock, uint64(i), oddKeys, after, probe) {
+				for _, line := range runScenarioKeys(t, s, clock, uint64(i), oddKeys, nil, probe) {
 					if !strings.HasPrefix(line, "status") {
 						out = append(out, line)
 					}

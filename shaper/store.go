@@ -85,6 +85,48 @@ type multi struct {
 	at    float64   // the departure, in ms on the store's timeline
 	limit float64   // the longest wait the caller takes, in ms (its deadline; +Inf: MaxQueue alone)
 	local bool      // granted by the failure policy, not by the store (see RedisStore)
+	any   bool      // Any: the dimensions that admit commit (dec.Took), algorithms.AnyWithin
+}
+
+// keepTook leaves in an admitted Any request only the dimensions that
+// committed (dec.Took), with their outputs, so that a settle or a cancel
+// reaches those alone; Binding is renumbered to match.
+func (m *multi) keepTook() {
+	n := len(m.dims)
+	if !m.any || !m.dec.Allowed || m.dec.Took == 1<<n-1 {
+		return
+	}
+	j := 0
+	for i := range n {
+		if m.dec.Took&(1<<i) == 0 {
+			continue
+		}
+		if m.dec.Binding == i {
+			m.dec.Binding = j
+		}
+		m.dims[j], m.keys[j], m.algs[j], m.costs[j] = m.dims[i], m.keys[i], m.algs[i], m.costs[i]
+		if len(m.tags) == n {
+			m.tags[j] = m.tags[i]
+		}
+		if len(m.gens) == n {
+			m.gens[j] = m.gens[i]
+		}
+		if len(m.seqs) == n {
+			m.seqs[j] = m.seqs[i]
+		}
+		j++
+	}
+	m.dims, m.keys, m.algs, m.costs = m.dims[:j], m.keys[:j], m.algs[:j], m.costs[:j]
+	if len(m.tags) == n {
+		m.tags = m.tags[:j]
+	}
+	if len(m.gens) == n {
+		m.gens = m.gens[:j]
+	}
+	if len(m.seqs) == n {
+		m.seqs = m.seqs[:j]
+	}
+	m.dec.Took = 1<<j - 1
 }
 
 // kernelOf returns a's GCRA kernel (the leaky bucket and GCRA), or nil for
@@ -122,6 +164,7 @@ type query struct {
 	algs  []algorithms.Algorithm
 	costs []int64 // per dimension; 0: the request leaves it out
 	now   float64 // the shaper's clock, ms
+	any   bool    // Any: algorithms.PeekAny names the binding dimension
 
 	at      float64               // the instant the store read at, ms
 	until   float64               // the longest pause's end (at when none)

@@ -50,6 +50,10 @@ type Dim struct {
 // ServerTime, passed as now, makes a script read Redis TIME.
 const ServerTime = ""
 
+// Any, appended to the ARGV of Reserve or Status, combines the dimensions
+// with algorithms.AnyWithin (PeekAny) instead of All.
+const Any = "any"
+
 // ReserveArgs returns the ARGV of Reserve: now (Float(ms), or ServerTime)
 // and each dimension's kind, parameters and cost. The KEYS are, per
 // dimension, its state key then its pause key.
@@ -196,6 +200,7 @@ type Reply struct {
 	Now       float64 // the instant the script decided at (ms)
 	Tags      []float64
 	Seqs      []float64 // per dimension, its sequence number in its key's Ledger (0: none)
+	Took      uint64    // admitted: bit i set when dimension i committed (every one without Any)
 }
 
 // ParseReserve reads Reserve's reply, checking every element.
@@ -226,7 +231,24 @@ func ParseReserve(v any, dims int) (Reply, error) {
 		return Reply{}, fmt.Errorf("throttlekit: reserve reply: %w", err)
 	}
 	if r.Allowed {
-		if len(s) != 6+2*dims {
+		switch len(s) {
+		case 6 + 2*dims:
+			r.Took = 1<<dims - 1
+		case 7 + 2*dims: // with Any: which dimensions committed
+			mask := s[6+2*dims]
+			if len(mask) != dims {
+				return Reply{}, fmt.Errorf("throttlekit: reserve reply: mask %q for %d dimensions", mask, dims)
+			}
+			for i := range dims {
+				switch mask[i] {
+				case '1':
+					r.Took |= 1 << i
+				case '0':
+				default:
+					return Reply{}, fmt.Errorf("throttlekit: reserve reply: mask %q", mask)
+				}
+			}
+		default:
 			return Reply{}, fmt.Errorf("throttlekit: reserve reply has %d tags and sequence numbers, want %d", len(s)-6, 2*dims)
 		}
 		r.Tags, r.Seqs = make([]float64, dims), make([]float64, dims)
