@@ -7,6 +7,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -29,6 +30,7 @@ type Server struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
+	tls  *tls.Config // a server started with StartTLS: what its clients use
 }
 
 // Addr returns host:port.
@@ -97,7 +99,7 @@ func (s *Server) launch(bin string) {
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("redistest: starting redis-server: %v", err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, TLSConfig: s.tls})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -114,7 +116,7 @@ func (s *Server) launch(bin string) {
 
 // Client returns a client for the server, closed when the test ends.
 func (s *Server) Client(opts ...func(*redis.Options)) *redis.Client {
-	o := &redis.Options{Addr: s.Addr()}
+	o := &redis.Options{Addr: s.Addr(), TLSConfig: s.tls}
 	for _, f := range opts {
 		f(o)
 	}

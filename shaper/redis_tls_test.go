@@ -1,0 +1,44 @@
+package shaper
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/internal/redistest"
+)
+
+// The Redis store works unchanged over TLS: against a redis-server that
+// accepts only TLS with client certificates (made by the test, valid for an
+// hour), the cross-store conformance passes, and reservations on Redis TIME
+// are paced. A client without TLS, or without the client certificate,
+// cannot talk to it at all, so the connection is really TLS.
+func TestRedisOverTLS(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartTLS(t)
+	client := srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 })
+	conformance(t, client)
+
+	s, err := New(NewRedisStore(client, WithRedisTimeout(slowMachine)), PerSecond(10), WithName("tls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := mustReserve(t, s, "k", 1)
+	second := mustReserve(t, s, "k", 1)
+	if gap := second.Time().Sub(first.Time()); gap < 99*time.Millisecond {
+		t.Fatalf("slots %v apart over TLS, want 100ms", gap)
+	}
+
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer plain.Close()
+	if err := plain.Ping(bg).Err(); err == nil {
+		t.Fatal("a client without TLS was answered: the server is not TLS-only")
+	}
+	noCert := srv.TLSConfig().Clone()
+	noCert.Certificates = nil
+	anon := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, TLSConfig: noCert})
+	defer anon.Close()
+	if err := anon.Ping(bg).Err(); err == nil {
+		t.Fatal("a TLS client without the client certificate was answered")
+	}
+}
