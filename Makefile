@@ -28,7 +28,8 @@ examples:
 
 ## test-faults: the fault and load tests against real redis-server processes
 ## (reliability/, -tags faults): Redis paused, killed and restarted, its
-## script cache flushed, blocked by DEBUG SLEEP, a cluster master failing over;
+## script cache flushed, blocked by DEBUG SLEEP, a cluster master and a
+## Sentinel primary failing over;
 ## 1,000,000 reservations over 10,000 keys. Each prints its figures. CI runs it.
 test-faults: redis
 	$(GO) test -race -count=1 -tags faults -timeout 15m -v -run 'TestFaults|TestLoad' ./reliability/

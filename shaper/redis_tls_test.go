@@ -42,3 +42,12 @@ func TestRedisOverTLS(t *testing.T) {
 		t.Fatal("a TLS client without the client certificate was answered")
 	}
 }
+
+// Through go-redis's failover client (a primary, a replica and three
+// sentinels), the cross-store conformance passes unchanged. Failing over
+// under load is in make test-faults (reliability, TestFaults).
+func TestRedisThroughSentinel(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t)
+	conformance(t, s.Client(t, func(o *redis.FailoverOptions) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }))
+}

@@ -61,3 +61,29 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("keys spread over %d masters, %d keys in all (err %v); want 6 keys on at least 2 of 3", masters, total, err)
 	}
 }
+
+// A Sentinel deployment fails over: killing the primary promotes the
+// replica, and a failover client follows it.
+func TestSentinelFailsOver(t *testing.T) {
+	s := StartSentinel(t)
+	c := s.Client(t, func(o *redis.FailoverOptions) { o.MaxRetries = -1 })
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "before", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s.Primary.Kill()
+	for !s.Promoted(ctx) {
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("the replica was not promoted within 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for c.Set(ctx, "k", "after", 0).Err() != nil {
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("the failover client did not reach the promoted replica within 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the failover client wrote to the promoted replica %v after the primary died", time.Since(start).Round(time.Millisecond))
+}
