@@ -357,6 +357,52 @@ local function pick(dims, now)
   return wait, binding
 end
 
+-- read_dims reads the dimensions of Reserve and Status: from ARGV[2] on,
+-- each one's kind, six parameters and cost, all checked before any key is
+-- read (with zero_ok a cost of 0 leaves the dimension out); then each one's
+-- state (KEYS[2i-1]) and pause (KEYS[2i]). extra(i, d), if given, reads
+-- what else a dimension needs and returns an error reply, or nil. It
+-- returns the dimensions and the latest pause's end (now when none), or nil
+-- and the error reply.
+local function read_dims(now, zero_ok, extra)
+  local n = #KEYS / 2
+  local dims = {}
+  for i = 1, n do
+    local a = 2 + (i - 1) * 8
+    local d = {alg = ALG[ARGV[a]], cost = tonumber(ARGV[a + 7])}
+    if not d.alg then return nil, redis.error_reply('throttlekit: unknown algorithm kind ' .. tostring(ARGV[a])) end
+    d.p = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+           tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])}
+    -- The caller checked the cost; it is checked again here, before anything
+    -- is read or written, so that no version of the caller can store a cost
+    -- that could never be admitted.
+    if not (zero_ok and d.cost == 0) and (not valid_cost(d.cost) or not d.alg.admissible(d.p, d.cost)) then
+      return nil, redis.error_reply('TKCOST ' .. (i - 1) .. ' ' .. tostring(ARGV[a + 7]))
+    end
+    dims[i] = d
+  end
+  local not_before = now
+  for i = 1, n do
+    local d = dims[i]
+    local raw, why = get(KEYS[2 * i - 1])
+    if raw == nil then return nil, refuse(i, why) end
+    d.st = decode(raw)
+    if not d.st then return nil, refuse(i, 'holds a corrupt state') end
+    if extra then
+      local err = extra(i, d)
+      if err then return nil, err end
+    end
+    local paused, pwhy = get(KEYS[2 * i])
+    if paused == nil then return nil, refuse(i, 'pause key ' .. pwhy) end
+    if paused then
+      local v = tonumber(paused)
+      if not v or v ~= v then return nil, refuse(i, 'pause key holds a corrupt value') end
+      if v > not_before then not_before = v end
+    end
+  end
+  return dims, not_before
+end
+
 -- all_not_before mirrors algorithms.AllNotBefore. dims[i] = {alg, p, st, cost}.
 -- It returns allowed, wait-or-retry (ms), remaining, reset (ms), binding
 -- (0-based, -1 for the floor) and, when allowed, the new states.

@@ -12,46 +12,20 @@
 --   that did not has tag '0')}.
 local now = clock(ARGV[1])
 local n = #KEYS / 2
-local dims = {}
-local not_before = now
-for i = 1, n do
-  local a = 2 + (i - 1) * 8
-  local d = {alg = ALG[ARGV[a]], cost = tonumber(ARGV[a + 7])}
-  if not d.alg then return redis.error_reply('throttlekit: unknown algorithm kind ' .. tostring(ARGV[a])) end
-  d.p = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-         tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])}
-  -- The caller checked the cost; it is checked again here, before anything
-  -- is read or written, so that no version of the caller can store a cost
-  -- that could never be admitted.
-  if not valid_cost(d.cost) or not d.alg.admissible(d.p, d.cost) then
-    return redis.error_reply('TKCOST ' .. (i - 1) .. ' ' .. tostring(ARGV[a + 7]))
+-- A key of the GCRA family may have a Ledger: read before anything is written.
+local dims, not_before = read_dims(now, false, function(i, d)
+  if d.alg ~= gcra then return nil end
+  d.lk = {KEYS[2 * i - 1] .. ':l', KEYS[2 * i - 1] .. ':h', KEYS[2 * i - 1] .. ':b', KEYS[2 * i - 1] .. ':c'}
+  local lraw, lwhy = get(d.lk[1])
+  if lraw == nil then return refuse(i, 'ledger key ' .. lwhy) end
+  if lraw then
+    d.led = d.led or ledger_lib()
+    d.l = d.led.decode(lraw)
+    if not d.l then return refuse(i, 'ledger key holds a corrupt value') end
   end
-  dims[i] = d
-end
-for i = 1, n do
-  local d = dims[i]
-  local raw, why = get(KEYS[2 * i - 1])
-  if raw == nil then return refuse(i, why) end
-  d.st = decode(raw)
-  if not d.st then return refuse(i, 'holds a corrupt state') end
-  if d.alg == gcra then -- its Ledger, if it has one (read before anything is written)
-    d.lk = {KEYS[2 * i - 1] .. ':l', KEYS[2 * i - 1] .. ':h', KEYS[2 * i - 1] .. ':b', KEYS[2 * i - 1] .. ':c'}
-    local lraw, lwhy = get(d.lk[1])
-    if lraw == nil then return refuse(i, 'ledger key ' .. lwhy) end
-    if lraw then
-      d.led = d.led or ledger_lib()
-      d.l = d.led.decode(lraw)
-      if not d.l then return refuse(i, 'ledger key holds a corrupt value') end
-    end
-  end
-  local paused, pwhy = get(KEYS[2 * i])
-  if paused == nil then return refuse(i, 'pause key ' .. pwhy) end
-  if paused then
-    local v = tonumber(paused)
-    if not v or v ~= v then return refuse(i, 'pause key holds a corrupt value') end
-    if v > not_before then not_before = v end
-  end
-end
+  return nil
+end)
+if not dims then return not_before end
 local any_mode = ARGV[2 + n * 8] == 'any'
 local ok, wait, rem, reset, bind, took
 if any_mode then

@@ -9,30 +9,8 @@
 --   pause), then per dimension its delay, remaining and reset (ms)}.
 local now = clock(ARGV[1])
 local n = #KEYS / 2
-local dims = {}
-local not_before = now
-for i = 1, n do
-  local a = 2 + (i - 1) * 8
-  local d = {alg = ALG[ARGV[a]], cost = tonumber(ARGV[a + 7])}
-  if not d.alg then return redis.error_reply('throttlekit: unknown algorithm kind ' .. tostring(ARGV[a])) end
-  d.p = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-         tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])}
-  if d.cost ~= 0 and (not valid_cost(d.cost) or not d.alg.admissible(d.p, d.cost)) then
-    return redis.error_reply('TKCOST ' .. (i - 1) .. ' ' .. tostring(ARGV[a + 7]))
-  end
-  local raw, why = get(KEYS[2 * i - 1])
-  if raw == nil then return refuse(i, why) end
-  d.st = decode(raw)
-  if not d.st then return refuse(i, 'holds a corrupt state') end
-  local paused, pwhy = get(KEYS[2 * i])
-  if paused == nil then return refuse(i, 'pause key ' .. pwhy) end
-  if paused then
-    local v = tonumber(paused)
-    if not v or v ~= v then return refuse(i, 'pause key holds a corrupt value') end
-    if v > not_before then not_before = v end
-  end
-  dims[i] = d
-end
+local dims, not_before = read_dims(now, true, nil)
+if not dims then return not_before end
 local delays, rems, resets = {}, {}, {}
 for i = 1, n do
   local d = dims[i]

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/throttlekit/throttlekit-go/internal/redistest"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
 )
 
@@ -17,10 +16,7 @@ import (
 // per minute (burst 2) shared by all.
 func TestAnyConsumesOnlyWhereItAdmits(t *testing.T) {
 	t.Parallel()
-	_, single := redisClient(t)
-	cluster := redistest.StartCluster(t).Client(t)
-	timeless(single)
-	timeless(cluster)
+	single, cluster := nodeAndCluster(t)
 	for _, st := range []struct {
 		name   string
 		client redis.UniversalClient

@@ -58,10 +58,7 @@ func permutations(dims []Dimension) [][]Dimension {
 // others' state to new keys.
 func TestDimensionOrderNeverChangesTheResult(t *testing.T) {
 	t.Parallel()
-	_, single := redisClient(t)
-	cluster := redistest.StartCluster(t).Client(t)
-	timeless(single)
-	timeless(cluster)
+	single, cluster := nodeAndCluster(t)
 	stores := []struct {
 		name string
 		make func() Store

@@ -460,25 +460,7 @@ func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) e
 	if d := req.dims[0]; len(req.dims) == 1 && d.kern != nil {
 		return r.reserveGCRA(ctx, probe, req, req.algs[0] == d.allow)
 	}
-	ldims := make([]script.Dim, len(req.dims))
-	for i, a := range req.algs {
-		kind, p := a.Params()
-		if kind == "g" && req.limit < p[2] { // the caller's deadline: GCRA's max_wait
-			p[2] = max(req.limit, 0)
-		}
-		ldims[i] = script.Dim{Kind: kind, Params: p, Cost: req.costs[i]}
-	}
-	keys := redisKeys(req.keyset)
-	args := script.ReserveArgs(r.now(req.now), ldims)
-	if req.any {
-		args = append(args, script.Any)
-	}
-	var v any
-	err := r.call(ctx, probe, func(ctx context.Context) error {
-		var err error
-		v, err = script.Reserve.Run(ctx, r.client, keys, args...).Result()
-		return err
-	})
+	v, err := r.runDims(ctx, probe, script.Reserve, req.keyset, req.algs, req.costs, req.now, req.limit, req.any)
 	if err != nil {
 		return err
 	}
@@ -491,6 +473,33 @@ func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) e
 	req.tags, req.seqs = rep.Tags, rep.Seqs
 	req.at = rep.Now + rep.Wait // as the script computed it
 	return nil
+}
+
+// runDims runs sc (Reserve or Status) over the keys of ks, with each
+// dimension's algorithm and cost (a deadline of limit ms caps the GCRA
+// family's max_wait; with anyOf, algorithms.AnyWithin combines them), and
+// returns its reply.
+func (r *RedisStore) runDims(ctx context.Context, probe bool, sc *redis.Script, ks keyset, algs []algorithms.Algorithm, costs []int64, now, limit float64, anyOf bool) (any, error) {
+	ldims := make([]script.Dim, len(algs))
+	for i, a := range algs {
+		kind, p := a.Params()
+		if kind == "g" && limit < p[2] { // the caller's deadline: GCRA's max_wait
+			p[2] = max(limit, 0)
+		}
+		ldims[i] = script.Dim{Kind: kind, Params: p, Cost: costs[i]}
+	}
+	keys := redisKeys(ks)
+	args := script.ReserveArgs(r.now(now), ldims)
+	if anyOf {
+		args = append(args, script.Any)
+	}
+	var v any
+	err := r.call(ctx, probe, func(ctx context.Context) error {
+		var err error
+		v, err = sc.Run(ctx, r.client, keys, args...).Result()
+		return err
+	})
+	return v, err
 }
 
 // reserveGCRA is reserveRedis for most calls: one dimension of the GCRA
@@ -727,22 +736,7 @@ func (r *RedisStore) status(ctx context.Context, q *query) error {
 	if probe {
 		defer r.health.probing.Store(false)
 	}
-	ldims := make([]script.Dim, len(q.dims))
-	for i, a := range q.algs {
-		kind, p := a.Params()
-		ldims[i] = script.Dim{Kind: kind, Params: p, Cost: q.costs[i]}
-	}
-	keys := redisKeys(q.keyset)
-	args := script.ReserveArgs(r.now(q.now), ldims)
-	if q.any {
-		args = append(args, script.Any)
-	}
-	var v any
-	err := r.call(ctx, probe, func(ctx context.Context) error {
-		var err error
-		v, err = script.Status.Run(ctx, r.client, keys, args...).Result()
-		return err
-	})
+	v, err := r.runDims(ctx, probe, script.Status, q.keyset, q.algs, q.costs, q.now, noLimit, q.any)
 	if err != nil {
 		if e := callerDone(ctx); e != nil {
 			return e

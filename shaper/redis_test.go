@@ -173,6 +173,14 @@ func conformance(t *testing.T, client redis.UniversalClient) {
 	}
 }
 
+// nodeAndCluster starts a Redis node and a 3-master cluster for a test on
+// a simulated clock, and returns a timeless client of each.
+func nodeAndCluster(t *testing.T) (single, cluster redis.UniversalClient) {
+	t.Helper()
+	_, node := redisClient(t)
+	return timeless(node), timeless(redistest.StartCluster(t).Client(t))
+}
+
 // timeless makes every script call on client drop, in the same MULTI,
 // the TTL of each key it names and of those keys' Ledger keys. Tests on a
 // simulated clock need it: the store sets TTLs in simulated milliseconds
@@ -296,10 +304,7 @@ func edgeRun(s *Shaper, clock interface{ Advance(time.Duration) }) []string {
 // keys at the MaxQueue boundary, and keys built to collide.
 func TestEdgeInputsAreTheSameOnEveryStore(t *testing.T) {
 	t.Parallel()
-	_, single := redisClient(t)
-	cluster := redistest.StartCluster(t).Client(t)
-	timeless(single)
-	timeless(cluster)
+	single, cluster := nodeAndCluster(t)
 	for i, sc := range scenarios() {
 		prefix := fmt.Sprintf("edge%d:", i)
 		memClock := timer.NewFake(t0)

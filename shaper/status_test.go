@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/throttlekit/throttlekit-go/internal/redistest"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
 )
 
@@ -121,10 +120,7 @@ func checkStatus(t *testing.T, s *Shaper, clock *timer.Fake, st Status, stErr er
 // 3-master cluster).
 func TestStatusConsumesNothing(t *testing.T) {
 	t.Parallel()
-	_, single := redisClient(t)
-	cluster := redistest.StartCluster(t).Client(t)
-	timeless(single)
-	timeless(cluster)
+	single, cluster := nodeAndCluster(t)
 	stores := []struct {
 		name   string
 		client redis.UniversalClient
