@@ -281,17 +281,23 @@ func ParseStatus(v any, dims int) (StatusReply, error) {
 		return StatusReply{}, fmt.Errorf("throttlekit: unexpected status reply %v", v)
 	}
 	f := make([]float64, len(items))
+	binding := 0
 	for i, it := range items {
 		s, ok := it.(string)
 		if !ok {
 			return StatusReply{}, fmt.Errorf("throttlekit: status reply element %d is %T, want a string", i, it)
 		}
 		var err error
-		if f[i], err = strconv.ParseFloat(s, 64); err != nil {
+		if i == 2 {
+			binding, err = strconv.Atoi(s)
+		} else {
+			f[i], err = strconv.ParseFloat(s, 64)
+		}
+		if err != nil {
 			return StatusReply{}, fmt.Errorf("throttlekit: status reply: %w", err)
 		}
 	}
-	r := StatusReply{Now: f[0], Until: f[1], Binding: int(f[2]), Dims: make([]algorithms.Standing, dims)}
+	r := StatusReply{Now: f[0], Until: f[1], Binding: binding, Dims: make([]algorithms.Standing, dims)}
 	if r.Binding < -1 || r.Binding >= dims {
 		return StatusReply{}, fmt.Errorf("throttlekit: status reply names dimension %d of %d", r.Binding, dims)
 	}
