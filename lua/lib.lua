@@ -430,15 +430,17 @@ local function all_not_before(dims, now, not_before)
   return true, wait, rem, reset, bind
 end
 
--- any_not_before mirrors algorithms.AnyWithin (max_wait: the caller's
--- longest wait, or nil): the request departs when some dimension first
--- admits it, and every dimension admitting it then commits. It returns
--- allowed, wait-or-retry (ms), remaining, reset (ms), binding (0-based, -1
--- for the floor) and took (per dimension, true when it committed).
-local function any_not_before(dims, now, not_before, max_wait)
+-- any_not_before mirrors algorithms.AnyWithin (a caller's deadline arrives
+-- as the GCRA family's max_wait parameter): the request departs when some
+-- dimension first admits it, and every dimension admitting it then commits.
+-- It returns allowed, wait-or-retry (ms), remaining, reset (ms), binding
+-- (0-based, -1 for the floor) and took (per dimension, true when it
+-- committed).
+local function any_not_before(dims, now, not_before)
+  local max_wait = math.huge
   for i = 1, #dims do
     local w = dims[i].alg.max_wait(dims[i].p)
-    if max_wait == nil or w < max_wait then max_wait = w end
+    if w < max_wait then max_wait = w end
   end
   local delays, took = {}, {}
   local wait, soonest = math.huge, 1

@@ -29,7 +29,7 @@ if not dims then return not_before end
 local any_mode = ARGV[2 + n * 8] == 'any'
 local ok, wait, rem, reset, bind, took
 if any_mode then
-  ok, wait, rem, reset, bind, took = any_not_before(dims, now, not_before, nil)
+  ok, wait, rem, reset, bind, took = any_not_before(dims, now, not_before)
 else
   ok, wait, rem, reset, bind = all_not_before(dims, now, not_before)
 end
