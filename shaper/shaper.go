@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -556,15 +557,14 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 	req.limit, req.any = limit, s.any
 	var refused error // Any: the first cost a dimension could never admit
 	for _, d := range s.dims {
-		c, k := cost, key
-		if d.cost != nil {
-			if c = d.cost(cost); c == 0 {
-				continue
-			}
-			if c < 0 {
-				return nil, &CostError{Algorithm: d.alg.Name(), Cost: c, Key: key, Dimension: d.name, Reason: fmt.Sprintf("the dimension's Cost mapped cost %d to a negative cost", cost)}
-			}
+		c, err := mapCost(d, key, cost)
+		if err != nil {
+			return nil, err
 		}
+		if c == 0 {
+			continue
+		}
+		k := key
 		if d.key != nil {
 			k = d.key(key)
 			if err := checkKey(k); err != nil {
@@ -575,13 +575,12 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 		if allow {
 			alg = d.allow
 		}
-		if err := validCost(d, alg, k, c); err != nil {
-			if !s.any {
-				return nil, err
-			}
-			if refused == nil { // this dimension could never admit it: the others may
-				refused = err
-			}
+		never, err := s.admissible(d, alg, k, c)
+		if err != nil {
+			return nil, err
+		}
+		if never != nil {
+			refused = cmp.Or(refused, never)
 			continue
 		}
 		req.dims = append(req.dims, d)
@@ -605,6 +604,32 @@ func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow 
 	req.keepTook()
 	*dec = req.dec.Decision
 	return req, nil
+}
+
+// mapCost maps cost through d's Cost (nil: unchanged): 0 leaves d out of
+// the request, and a negative cost is a *CostError.
+func mapCost(d *dim, key string, cost int64) (int64, error) {
+	if d.cost == nil {
+		return cost, nil
+	}
+	c := d.cost(cost)
+	if c < 0 {
+		return 0, &CostError{Algorithm: d.alg.Name(), Cost: c, Key: key, Dimension: d.name, Reason: fmt.Sprintf("the dimension's Cost mapped cost %d to a negative cost", cost)}
+	}
+	return c, nil
+}
+
+// admissible checks c against alg on d's key dimKey: a cost alg could never
+// admit is an error for All; for Any it only leaves d out (never), since
+// another dimension may admit it.
+func (s *Shaper) admissible(d *dim, alg algorithms.Algorithm, dimKey string, c int64) (never, err error) {
+	if err := validCost(d, alg, dimKey, c); err != nil {
+		if s.any {
+			return err, nil
+		}
+		return nil, err
+	}
+	return nil, nil
 }
 
 func checkKey(key string) error {

@@ -70,18 +70,17 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 	q := &query{keyset: ks, algs: make([]algorithms.Algorithm, len(s.dims)), costs: make([]int64, len(s.dims)), now: algorithms.Millis(now), any: s.any}
 	var refused error // Any: the first cost a dimension could never admit
 	for i, d := range s.dims {
-		c := cost
-		if d.cost != nil {
-			if c = d.cost(cost); c < 0 {
-				return Status{}, &CostError{Algorithm: d.alg.Name(), Cost: c, Key: key, Dimension: d.name, Reason: fmt.Sprintf("the dimension's Cost mapped cost %d to a negative cost", cost)}
-			}
+		c, err := mapCost(d, key, cost)
+		if err != nil {
+			return Status{}, err
 		}
 		if c > 0 {
-			if err := validCost(d, d.alg, ks.keys[i], c); err != nil {
-				if !s.any {
-					return Status{}, err
-				}
-				refused, c = cmp.Or(refused, err), 0 // this dimension could never admit it: the others may
+			never, err := s.admissible(d, d.alg, ks.keys[i], c)
+			if err != nil {
+				return Status{}, err
+			}
+			if never != nil { // reported, but out of the request
+				refused, c = cmp.Or(refused, never), 0
 			}
 		}
 		q.algs[i], q.costs[i] = d.alg, c
