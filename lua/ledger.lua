@@ -19,9 +19,12 @@ local function ledger_lib()
       if not x or x ~= x then return nil end
       v[#v + 1] = x
     end
-    if #v < 3 or #v ~= 3 + 2 * v[3] then return nil end
+    if #v < 3 then return nil end
+    local n = 3 + 2 * v[3]
+    if #v ~= n and #v ~= n + 2 then return nil end
     local l = {start = v[1], seq = v[2], marks = {}}
     for i = 1, v[3] do l.marks[i] = {v[2 + 2 * i], v[3 + 2 * i]} end
+    if #v == n + 2 then l.interval, l.tau = v[n + 1], v[n + 2] end -- written before them: no parameters
     return l
   end
 
@@ -31,15 +34,30 @@ local function ledger_lib()
       out[#out + 1] = num(m[1])
       out[#out + 1] = num(m[2])
     end
+    if l.interval then
+      out[#out + 1] = num(l.interval)
+      out[#out + 1] = num(l.tau)
+    end
     return table.concat(out, ' ')
   end
 
   -- new: gcra.Kernel.NewLedger.
-  function L.new(s, now, interval)
+  function L.new(s, now, interval, tau)
     local start = math.floor(now * 1000)
-    local l = {start = start, seq = start, marks = {}}
-    if s and s > now then l.marks[1] = {s - interval, UNBOUNDED} end
+    local l = {interval = interval, tau = tau, start = start, seq = start, marks = {}}
+    if s and s > now then l.marks[1] = {s, UNBOUNDED} end
     return l
+  end
+
+  -- fits: Ledger.Fits (a Ledger written before it recorded its parameters
+  -- is taken to fit, as it was used then).
+  function L.fits(l, interval, tau)
+    return l.interval == nil or (l.interval == interval and l.tau == tau)
+  end
+
+  -- drop deletes a Ledger that does not fit (keys: K:l, K:h, K:b, K:c).
+  function L.drop(keys)
+    redis.call('DEL', keys[1], keys[2], keys[3], keys[4])
   end
 
   local function q(l, t) -- the bound after t

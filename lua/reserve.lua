@@ -52,8 +52,12 @@ if ok then
   for i = 1, n do -- a key of the GCRA family with a Ledger records the departure
     local d, seq = dims[i], '0'
     if d.l and (not took or took[i]) then
-      seq = fmt(d.led.grant(d.l, d.lk[3], d.p[1], now + wait, d.cost))
-      d.led.save(d.l, d.lk, d.st[1], now)
+      if d.led.fits(d.l, d.p[1], d.p[2]) then
+        seq = fmt(d.led.grant(d.l, d.lk[3], d.p[1], now + wait, d.cost))
+        d.led.save(d.l, d.lk, d.st[1], now)
+      else -- made under another contract (changed live): dropped
+        d.led.drop(d.lk)
+      end
     end
     reply[#reply + 1] = seq
   end

@@ -69,13 +69,18 @@ if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recor
   if floor < now then floor = now end
   local before = math.huge
   if wait <= max_wait then before = now + wait end
-  local at, seq = led.take(l, lk[3], lk[2], interval, max_wait, now, floor, before, cost)
+  local fits = led.fits(l, interval, tau) -- a Ledger made under another contract (changed live) is not used
+  local at, seq = nil, nil
+  if fits then at, seq = led.take(l, lk[3], lk[2], interval, max_wait, now, floor, before, cost) end
   if at then
     led.save(l, lk, tat or now, now)
     return {'1', bind, sec, usec, stored, paused, 'h', string.format('%.17g', at), string.format('%.17g', seq)}
   end
   if wait <= max_wait and led.idle(lk, tat or now, now) then -- cold, no hole ahead: a fresh Ledger
-    l = led.new(tat, now, interval)
+    l = led.new(tat, now, interval, tau)
+  elseif not fits then -- busy under another contract: the key goes on without one
+    if wait <= max_wait then led.drop(lk) end
+    led = nil
   end
   got[3] = l
 end

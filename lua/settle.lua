@@ -56,17 +56,19 @@ for _, w in ipairs(work) do
   else
   local s, act = w.s, w.actual
   if act < 0 then act = 0 end
-  if not w.l and w.seq == 0 and s == w.tag then -- the tail: all of it comes back, and a Ledger begins
+  if w.l and not led.fits(w.l, w.interval, w.tau) then -- another contract's Ledger: an extra is charged, nothing given back
+    if act > w.cost then s = s + (w.interval * act - w.interval * w.cost) end
+  elseif not w.l and w.seq == 0 and s == w.tag then -- the tail: all of it comes back, and a Ledger begins
     local tc, ta = w.interval * w.cost, w.interval * act
     if act == 0 then
       s = s - tc
     else
       s = math.max(s - (tc - ta), at + math.min(ta, w.tau))
     end
-    w.l = led.new(s, now, w.interval)
+    w.l = led.new(s, now, w.interval, w.tau)
     led.claim_pre(w.lk[4], w.tag, now)
   else
-    if not w.l then w.l = led.new(s, now, w.interval) end
+    if not w.l then w.l = led.new(s, now, w.interval, w.tau) end
     if w.actual < 0 and holes_ok then
       s = led.cancel(w.l, w.lk, w.interval, w.tau, s, at, w.cost, w.seq, w.tag, now)
     else

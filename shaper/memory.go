@@ -362,9 +362,12 @@ func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key strin
 	if allowed {
 		before = now + wait
 	}
-	if at, seq, ok := l.Take(k, now, floor, before, cost); ok {
-		dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(at-now), k.Remaining(tat, now)
-		return tat, t.gens[i] &^ hasLedger, seq, at, nil
+	fits := l.Fits(k) // a Ledger made under another contract (changed live) is not used
+	if fits {
+		if at, seq, ok := l.Take(k, now, floor, before, cost); ok {
+			dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(at-now), k.Remaining(tat, now)
+			return tat, t.gens[i] &^ hasLedger, seq, at, nil
+		}
 	}
 	if !allowed {
 		dec.RetryAfter = algorithms.Duration(wait)
@@ -372,9 +375,13 @@ func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key strin
 	}
 	dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(wait), k.Remaining(next, now)
 	t.slab[i] = next
-	if l.Idle(tat, now) { // cold, no hole ahead: a fresh Ledger, whose steps know every departure
+	switch {
+	case l.Idle(tat, now): // cold, no hole ahead: a fresh Ledger, whose steps know every departure
 		l = k.NewLedger(tat, now)
 		t.setLedger(i, l)
+	case !fits: // busy under another contract: the key goes on without one
+		t.setLedger(i, nil)
+		return next, t.grant(i), 0, now + wait, nil
 	}
 	return next, t.grant(i), l.Grant(k, now+wait, cost), now + wait, nil
 }
@@ -499,8 +506,11 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 		}
 		seq := 0.0
 		if t := &spaces[i].tats; t.index != nil && !isNew { // a key of the GCRA family with a Ledger records its departure
-			if l := t.ledger(t.index[req.keys[i]]); l != nil {
+			j := t.index[req.keys[i]]
+			if l := t.ledger(j); l != nil && l.Fits(d.kern) {
 				seq = l.Grant(d.kern, req.at, req.costs[i])
+			} else if l != nil { // made under another contract (changed live): dropped
+				t.setLedger(j, nil)
 			}
 		}
 		req.tags, req.gens, req.seqs = append(req.tags, dims[i].State[0]), append(req.gens, gen), append(req.seqs, seq)
@@ -569,6 +579,9 @@ func settleTAT(k *gcra.Kernel, s float64, l *gcra.Ledger, gen *uint32, st *settl
 	actual := int64(0)
 	if st.actual != nil {
 		actual = st.actual[i]
+	}
+	if l != nil && !l.Fits(k) { // the key's Ledger is another contract's: an extra is charged, nothing given back
+		return k.Charge(s, st.costs[i], actual), l
 	}
 	if l == nil {
 		if st.seqs[i] == 0 && *gen == st.gens[i] && s == st.tags[i] {

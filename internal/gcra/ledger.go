@@ -53,12 +53,16 @@ import (
 // its slot, it leaves a hole, once; settled, its extra cost is charged and
 // nothing is given back.
 type Ledger struct {
-	Start float64 // the sequence number before this Ledger's first grant
-	Seq   float64 // the sequence number of its last grant
-	Marks []Mark  // ascending instants, descending bounds; at most MaxMarks
-	Holes []Hole  // ascending instants
-	done  [SeqWindow / 64]uint64
-	pre   []float64 // the tags of reservations granted before the Ledger that were cancelled, not yet past; ascending
+	// Interval and Tau are the parameters of the kernel the Ledger was made
+	// under: its rule holds for one contract, so a key whose contract
+	// changes live drops it (see Fits).
+	Interval, Tau float64
+	Start         float64 // the sequence number before this Ledger's first grant
+	Seq           float64 // the sequence number of its last grant
+	Marks         []Mark  // ascending instants, descending bounds; at most MaxMarks
+	Holes         []Hole  // ascending instants
+	done          [SeqWindow / 64]uint64
+	pre           []float64 // the tags of reservations granted before the Ledger that were cancelled, not yet past; ascending
 }
 
 // Mark is one step of the staircase: every departure after the previous
@@ -75,23 +79,40 @@ const MaxMarks = 8
 const SeqWindow = 4096
 
 // NewLedger returns the Ledger of a key whose TAT is s (Cold for none), at
-// now. Every departure granted so far lies at or before s - T (a grant's
-// TAT is at least its departure plus min(T*c, tau) >= T, and TATs only grow
-// without a Ledger), and its term is at most s: one step says so. Sequence
-// numbers start at now in µs, above those of any earlier Ledger of the key,
-// which went cold before this one was made.
+// now. Every departure granted so far lies before s (a grant's TAT is
+// above its departure, and TATs only grow without a Ledger), whatever
+// contract granted it: a key whose contract changed live holds departures
+// of several. Sequence numbers start at now in µs, above those of any
+// earlier Ledger of the key, which went cold before this one was made.
 func (k *Kernel) NewLedger(s, now float64) *Ledger {
-	l := &Ledger{Start: math.Floor(now * 1000)}
+	l := &Ledger{Interval: k.Interval, Tau: k.Tau, Start: math.Floor(now * 1000)}
 	l.Seq = l.Start
-	// On a key still busy, the departures granted so far get a step with no
-	// bound (their terms are unknown: a cost above the burst has a term
-	// above s): a reservation departing before them refunds nothing. Every
-	// one granted from now on departs after now, and a reservation departing
-	// before a cold key's old departures is never granted.
+	// On a key still busy, the departures granted so far get a step at s
+	// with no bound (their terms are unknown: a cost above the burst has a
+	// term above s): a reservation departing before s refunds nothing.
+	// Every one granted from now on departs after now, and a reservation
+	// departing before a cold key's old departures is never granted.
 	if s > now {
-		l.Marks = append(l.Marks, Mark{At: s - k.Interval, Q: Unbounded})
+		l.Marks = append(l.Marks, Mark{At: s, Q: Unbounded})
 	}
 	return l
+}
+
+// Fits reports whether l was made under k's parameters, so that its rule
+// holds for k's decisions. A Ledger that does not fit is dropped by a grant
+// (the key goes on without one, or with a fresh one once idle) and gives
+// nothing back to a settle: only an extra is charged.
+func (l *Ledger) Fits(k *Kernel) bool { return l.Interval == k.Interval && l.Tau == k.Tau }
+
+// Charge is what a settle of cost units settled at actual does to a TAT s
+// through a Ledger that does not fit its kernel k: an extra is charged,
+// nothing is given back.
+func (k *Kernel) Charge(s float64, cost, actual int64) float64 {
+	tc, ta := float64(k.Interval*float64(cost)), float64(k.Interval*float64(actual))
+	if ta > tc {
+		return s + (ta - tc)
+	}
+	return s
 }
 
 // Unbounded is the bound of a step whose departures' terms are unknown.
