@@ -47,10 +47,10 @@ func (b *TokenBucket) level(st State, now float64) (tokens, last float64) {
 	tokens, last = st[0], st[1]
 	if elapsed := now - last; elapsed > 0 {
 		tokens += elapsed / b.interval
-		if tokens > b.burst {
-			tokens = b.burst
-		}
 		last = now
+	}
+	if tokens > b.burst { // a burst lowered live (a state of a larger bucket) holds at once
+		tokens = b.burst
 	}
 	return tokens, last
 }

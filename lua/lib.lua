@@ -85,9 +85,9 @@ local function token_level(p, st, now)
   local elapsed = now - last
   if elapsed > 0 then
     tokens = tokens + elapsed / p[1]
-    if tokens > p[2] then tokens = p[2] end
     last = now
   end
+  if tokens > p[2] then tokens = p[2] end -- a burst lowered live holds at once
   return tokens, last
 end
 function token.admissible(p, cost) return cost <= p[2] end

@@ -50,4 +50,12 @@ var (
 	//
 	//go:embed pause.lua
 	Pause string
+
+	// Contract reads or changes the live contract of the shapers under one
+	// prefix (a hash). KEYS: the record. ARGV: nothing to read it; or the
+	// configured contract's identity, a field and its value to change it.
+	// It stands alone (no Lib).
+	//
+	//go:embed contract.lua
+	Contract string
 )

@@ -36,6 +36,9 @@ type MemoryStore struct {
 	capMu sync.Mutex // guards capH (see memory_cap.go)
 	capH  capHeap
 
+	recMu   sync.Mutex
+	records map[string]*memRecord // prefix -> its live contract (see Shaper.SetRate)
+
 	nsMu sync.Mutex
 	ns   map[string]memNamespace                // prefix -> its namespace
 	algs atomic.Pointer[[]algorithms.Algorithm] // namespace id -> algorithm, copy on write

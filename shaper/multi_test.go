@@ -13,8 +13,8 @@ import (
 
 // snapshot copies the stored state of key in every dimension of s.
 func snapshot(store *MemoryStore, s *Shaper, key string) []algorithms.State {
-	out := make([]algorithms.State, len(s.dims))
-	for i, d := range s.dims {
+	out := make([]algorithms.State, len(s.cur.Load().dims))
+	for i, d := range s.cur.Load().dims {
 		k := key
 		if d.key != nil {
 			k = d.key(key)

@@ -27,7 +27,10 @@ type config struct {
 	name     string
 	clock    Clock
 	precise  time.Duration // 0: default sleeps
+	refresh  time.Duration // WithContractRefresh
 	err      error
+
+	refreshSet bool
 }
 
 func defaults() config {

@@ -22,7 +22,7 @@ func luaReserveGCRA(c *redis.Client, keys []string, args []any) error {
 
 // stateKey returns the Redis state key of key for s's first dimension.
 func stateKey(s *Shaper, key string) string {
-	return redisKeys(keyset{dims: s.dims[:1], keys: []string{key}, slot: key})[0]
+	return redisKeys(keyset{dims: s.cur.Load().dims[:1], keys: []string{key}, slot: key})[0]
 }
 
 // One key whose data cannot be used (a user's hash at the library's key name,
@@ -71,8 +71,8 @@ func TestRedisDataErrorFailsThatCallAlone(t *testing.T) {
 				} {
 					err := op()
 					var se *StateError
-					if !errors.As(err, &se) || !errors.Is(err, ErrInvalidState) || se.Key != key || se.Dimension != s.dims[0].name {
-						t.Fatalf("%s %q: %v (%T), want a *StateError naming the key and dimension %q", name, key, err, err, s.dims[0].name)
+					if !errors.As(err, &se) || !errors.Is(err, ErrInvalidState) || se.Key != key || se.Dimension != s.cur.Load().dims[0].name {
+						t.Fatalf("%s %q: %v (%T), want a *StateError naming the key and dimension %q", name, key, err, err, s.cur.Load().dims[0].name)
 					}
 					if errors.Is(err, ErrStoreUnavailable) {
 						t.Fatalf("%s: a data error matched ErrStoreUnavailable", name)
@@ -112,7 +112,7 @@ func TestRedisPauseNeverOverwritesForeignData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pk := redisKeys(keyset{dims: s.dims, keys: []string{"k"}, slot: "k"})[1]
+	pk := redisKeys(keyset{dims: s.cur.Load().dims, keys: []string{"k"}, slot: "k"})[1]
 	if err := c.RPush(bg, pk, "a", "b").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestRedisCostsAreCheckedBeforeTheRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		maxCost := algorithms.MaxCost(s.dims[0].alg)
+		maxCost := algorithms.MaxCost(s.cur.Load().dims[0].alg)
 		for _, cost := range []int64{maxCost + 1, maxCost + 2, 100, 1 << 40} {
 			if cost <= maxCost {
 				continue
@@ -237,7 +237,7 @@ func TestLeakyBucketCostAtExactlyMaxQueue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		maxCost := algorithms.MaxCost(s.dims[0].alg)
+		maxCost := algorithms.MaxCost(s.cur.Load().dims[0].alg)
 		if _, err := s.Reserve(bg, "a", maxCost+1); !errors.Is(err, ErrInvalidCost) {
 			t.Fatalf("%T: cost %d: %v", store, maxCost+1, err)
 		}
@@ -505,8 +505,8 @@ func TestRedisKeysOfDifferentUsersNeverCollide(t *testing.T) {
 		if err := s.Pause(bg, "bob", 5*time.Minute); err == nil {
 			// bob's pause pauses the shared account too, so compare users on
 			// their own dimension: bob:p's state must not read bob's pause.
-			keys := redisKeys(keyset{dims: s.dims, keys: []string{"acct", "bob:p"}, slot: "acct"})
-			pause := redisKeys(keyset{dims: s.dims, keys: []string{"acct", "bob"}, slot: "acct"})
+			keys := redisKeys(keyset{dims: s.cur.Load().dims, keys: []string{"acct", "bob:p"}, slot: "acct"})
+			pause := redisKeys(keyset{dims: s.cur.Load().dims, keys: []string{"acct", "bob"}, slot: "acct"})
 			if keys[2] == pause[3] {
 				t.Fatalf("bob:p's state key is bob's pause key %q", keys[2])
 			}

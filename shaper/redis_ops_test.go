@@ -130,7 +130,7 @@ func TestRedisKeysExpireWhenIdle(t *testing.T) {
 	}
 	mustReserve(t, s, "k", 1)
 	_ = s.Pause(bg, "k", 80*time.Millisecond)
-	key := redisKeys(keyset{dims: s.dims, keys: []string{"k"}, slot: "k"})
+	key := redisKeys(keyset{dims: s.cur.Load().dims, keys: []string{"k"}, slot: "k"})
 	for i, want := range []time.Duration{50 * time.Millisecond, 80 * time.Millisecond} {
 		ttl, err := c.PTTL(bg, key[i]).Result()
 		if err != nil || ttl <= 0 || ttl > want {
@@ -143,7 +143,7 @@ func TestRedisKeysExpireWhenIdle(t *testing.T) {
 	}
 	q, _ := New(NewRedisStore(c), PerSecond(5), WithAlgorithm(Quota(Daily(0))), WithName("q"))
 	mustReserve(t, q, "k", 1)
-	ttl, _ := c.PTTL(bg, redisKeys(keyset{dims: q.dims, keys: []string{"k"}, slot: "k"})[0]).Result()
+	ttl, _ := c.PTTL(bg, redisKeys(keyset{dims: q.cur.Load().dims, keys: []string{"k"}, slot: "k"})[0]).Result()
 	if end := time.Until(time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)); ttl < end-time.Second || ttl > end+time.Second {
 		t.Fatalf("daily quota key PTTL %v, want the time to midnight UTC (%v)", ttl, end)
 	}

@@ -216,6 +216,9 @@ func (h timelessHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			for _, k := range args[3 : 3+n] {
 				key := fmt.Sprint(k)
 				p.Persist(ctx, key)
+				if !strings.Contains(key, "{") { // a contract record: no TTL, no Ledger, no hash tag
+					continue
+				}
 				for _, suffix := range ledgerSuffixes {
 					p.Persist(ctx, key+suffix)
 				}
@@ -269,7 +272,7 @@ var collidingKeys = []string{"x", "x:p", `x\;p`, ":p", "p", "", "{", "}", "{x}",
 // of the colliding keys, which must all behave as distinct cold keys.
 func edgeRun(s *Shaper, clock interface{ Advance(time.Duration) }) []string {
 	maxCost := int64(1 << 53)
-	for _, d := range s.dims {
+	for _, d := range s.cur.Load().dims {
 		if d.cost == nil {
 			maxCost = min(maxCost, algorithms.MaxCost(d.alg))
 		}

@@ -16,39 +16,68 @@ import (
 	"github.com/throttlekit/throttlekit-go/internal/timer"
 )
 
+// segment is the departures of the reservations granted under one
+// contract, per dimension, with that contract's rates.
+type segment struct {
+	rates [2]Rate
+	deps  [2][]conform.Departure
+}
+
 // settleRun drives one seed of random reserve / wait / pause / cancel /
 // settle calls (copies of reservations cancelled and settled again,
 // cancels after the slot) on a shaper of one contract, or of two
-// dimensions (requests cost 1, tokens cost the request's cost), and
-// returns each dimension's departures with their actual costs, the
-// transcript of decisions, and how many reservations departed before a
-// slot granted earlier (a hole or a refund used).
-func settleRun(t *testing.T, store Store, name string, seed uint64, multi bool) (deps [2][]conform.Departure, transcript []string, reused int) {
+// dimensions (requests cost 1, tokens cost the request's cost); with live,
+// the rates change now and then (SetRate) while reservations granted
+// before are cancelled and settled after. It returns, per contract in
+// force, the departures of the reservations granted under it with their
+// actual costs, the transcript of decisions, and how many reservations
+// departed before a slot granted earlier (a hole or a refund used).
+func settleRun(t *testing.T, store Store, name string, seed uint64, multi, live bool) (segs []segment, transcript []string, reused int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 16))
 	burst := int64(1 + rng.IntN(5))
 	clock := timer.NewFake(t0)
 	var s *Shaper
 	var err error
+	rates := [2]Rate{PerSecond(10).WithBurst(burst), PerSecond(40).WithBurst(4 * burst)}
+	names := []string{""}
 	if multi {
+		names = []string{"req", "tok"}
 		s, err = All(store, []Dimension{
-			{Name: "req", Rate: PerSecond(10).WithBurst(burst), Cost: func(int64) int64 { return 1 }},
-			{Name: "tok", Rate: PerSecond(40).WithBurst(4 * burst)},
+			{Name: "req", Rate: rates[0], Cost: func(int64) int64 { return 1 }},
+			{Name: "tok", Rate: rates[1]},
 		}, WithClock(clock), WithMaxQueue(time.Hour), WithName(name))
 	} else {
-		s, err = New(store, PerSecond(10).WithBurst(burst), WithClock(clock), WithMaxQueue(time.Hour), WithName(name))
+		s, err = New(store, rates[0], WithClock(clock), WithMaxQueue(time.Hour), WithName(name))
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	type held struct {
 		r         Reservation
+		seg       int
 		cancelled bool  // before its time, first: its caller never departs
 		actual    int64 // -1 until settled first
 	}
+	segs = []segment{{rates: rates}}
 	var all []*held
 	latest := time.Time{}
 	for step := range 250 {
+		if live && rng.IntN(25) == 0 { // a live change: another rate and burst for one dimension
+			// Intervals of whole or dyadic ms, as the fixed rates have, so
+			// that conform.Check's 100 ns holds: an interval like 66.67 ms
+			// rounds each step of a TAT near 1.8e12 ms by up to an eighth
+			// of a µs.
+			i := rng.IntN(len(names))
+			counts := []int64{5, 8, 10, 20, 25, 40, 50}
+			r := Rate{Count: counts[rng.IntN(len(counts))] * int64(1+3*i), Period: time.Second, Burst: int64(1+rng.IntN(5)) * int64(1+3*i)}
+			if err := s.SetRate(bg, names[i], r); err != nil {
+				t.Fatal(err)
+			}
+			rates[i] = r
+			segs = append(segs, segment{rates: rates})
+			transcript = append(transcript, fmt.Sprintf("%d set %q to %v", step, names[i], r))
+		}
 		switch op := rng.IntN(20); {
 		case op < 8:
 			cost := int64(1 + rng.IntN(int(burst)+2))
@@ -64,7 +93,7 @@ func settleRun(t *testing.T, store Store, name string, seed uint64, multi bool) 
 			if r.Time().After(latest) {
 				latest = r.Time()
 			}
-			all = append(all, &held{r: r, actual: -1})
+			all = append(all, &held{r: r, seg: len(segs) - 1, actual: -1})
 		case op < 11 && len(all) > 0:
 			h := all[rng.IntN(len(all))]
 			c := h.r // a copy, as a caller passing it by value holds it
@@ -105,13 +134,29 @@ func settleRun(t *testing.T, store Store, name string, seed uint64, multi bool) 
 			c = h.actual
 		}
 		at := float64(h.r.Time().Sub(t0)) / 1e6
+		deps := &segs[h.seg].deps
 		deps[0] = append(deps[0], conform.Departure{At: at, Cost: c})
 		if multi {
 			deps[0][len(deps[0])-1].Cost = min(c, 1)
 			deps[1] = append(deps[1], conform.Departure{At: at, Cost: c})
 		}
 	}
-	return deps, transcript, reused
+	return segs, transcript, reused
+}
+
+// checkSegments fails t when the departures granted under a contract do
+// not conform to it, in any dimension.
+func checkSegments(t *testing.T, what string, segs []segment) {
+	t.Helper()
+	for k, seg := range segs {
+		for d, deps := range seg.deps {
+			interval := float64(seg.rates[d].Period) / 1e6 / float64(seg.rates[d].Count)
+			tau := interval * float64(seg.rates[d].burst())
+			if dep, ok := conform.Check(interval, tau, deps); !ok {
+				t.Fatalf("%s, contract %d (%v), dimension %d: the departure %+v breaks it", what, k, seg.rates[d], d, dep)
+			}
+		}
+	}
 }
 
 // The guarantee, with settling and cancelling, on every store: whatever
@@ -121,6 +166,24 @@ func settleRun(t *testing.T, store Store, name string, seed uint64, multi bool) 
 // the 3-master cluster) decides exactly as memory does.
 func TestSettledAndCancelledSlotsKeepTheContract(t *testing.T) {
 	t.Parallel()
+	crossStoreSettling(t, settleStores(t), false)
+}
+
+// The guarantee across live changes (issue 17): rates changed now and
+// then while reservations granted before are cancelled and settled after,
+// on every store. The reservations granted under each contract conform to
+// it, whatever the give-backs of those granted under another did (a
+// Ledger made under one contract gives nothing back under another), and
+// Redis decides exactly as memory does.
+func TestLiveChangesKeepEachContract(t *testing.T) {
+	t.Parallel()
+	crossStoreSettling(t, settleStores(t), true)
+}
+
+// settleStores returns a fresh memory store, and stores on a Redis node and
+// on the 3-master cluster, on the shaper's clock.
+func settleStores(t *testing.T) map[string]func() Store {
+	t.Helper()
 	_, node := redisClient(t)
 	cl := redistest.StartCluster(t)
 	// No retries: a script retried after its reply was lost (a timeout
@@ -135,26 +198,26 @@ func TestSettledAndCancelledSlotsKeepTheContract(t *testing.T) {
 		"redis":   func() Store { return NewRedisStore(node, WithClientClock()) },
 		"cluster": func() Store { return NewRedisStore(cluster, WithClientClock()) },
 	}
+	return stores
+}
+
+// crossStoreSettling runs settleRun's seeds on every store, checks each
+// contract's departures and that the stores decide alike.
+func crossStoreSettling(t *testing.T, stores map[string]func() Store, live bool) {
+	t.Helper()
 	for _, multi := range []bool{false, true} {
 		reused := 0
 		for seed := range uint64(40) {
 			var want []string
 			for _, st := range []string{"memory", "redis", "cluster"} {
 				store := stores[st]()
-				name := fmt.Sprintf("settle-%v-%d", multi, seed)
-				deps, transcript, n := settleRun(t, store, name, seed, multi)
+				name := fmt.Sprintf("settle-%v-%v-%d", live, multi, seed)
+				segs, transcript, n := settleRun(t, store, name, seed, multi, live)
 				_ = store.(interface{ Close() error }).Close()
-				rates := []float64{100, 25}
-				for d := range deps {
-					burst := float64(1 + rand.New(rand.NewPCG(seed, 16)).IntN(5))
-					tau := rates[d] * burst
-					if d == 1 {
-						tau = rates[d] * 4 * burst
-					}
-					if dep, ok := conform.Check(rates[d], tau, deps[d]); !ok {
-						t.Fatalf("%s, multi %v, seed %d, dimension %d: the departure %+v breaks the contract", st, multi, seed, d, dep)
-					}
+				if live && len(segs) < 2 && seed < 5 {
+					t.Fatalf("seed %d: no live change", seed)
 				}
+				checkSegments(t, fmt.Sprintf("%s, multi %v, seed %d", st, multi, seed), segs)
 				if st == "memory" {
 					want, reused = transcript, reused+n
 				} else if !slices.Equal(transcript, want) {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
@@ -49,8 +50,8 @@ type Dimension struct {
 type Shaper struct {
 	cfg    config
 	store  Store
-	dims   []*dim
-	queues bool // the leaky bucket: Reserve grants delays
+	cur    atomic.Pointer[contract] // the dimensions and MaxQueue in force (see live.go)
+	queues bool                     // the leaky bucket: Reserve grants delays
 
 	// mem is the store when it is a MemoryStore: the single-key branch
 	// calls it concretely (no interface dispatch, the Decision on the
@@ -66,6 +67,8 @@ type Shaper struct {
 	single bool // one dimension, no Key or Cost mapping
 	any    bool // Any: a dimension admitting is enough (algorithms.AnyWithin)
 	slot   *dim // the dimension whose key is the hash slot (nil: the caller's key); see Dimension.Slot
+
+	liveState // changing the contract while it runs (live.go)
 }
 
 var _ Reserver = (*Shaper)(nil)
@@ -181,7 +184,7 @@ func combine(store Store, dims []Dimension, opts []Option, any bool) (*Shaper, e
 	if err != nil {
 		return nil, err
 	}
-	s.any = any && len(s.dims) > 1
+	s.any = any && len(s.base.dims) > 1
 	s.single = s.single && !s.any
 	return s, nil
 }
@@ -210,6 +213,7 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 		cfg.prefix = "tk:" + cfg.name + ":"
 	}
 	s := &Shaper{cfg: cfg, store: store, queues: cfg.alg.kind == kindLeaky}
+	base := &contract{maxQueue: cfg.maxQueue}
 	for _, spec := range dims {
 		alg, allow, err := cfg.alg.build(spec.Rate, cfg.maxQueue)
 		if err != nil {
@@ -236,19 +240,20 @@ func newShaper(store Store, dims []Dimension, opts []Option) (*Shaper, error) {
 		if d.bound, err = store.bind(d); err != nil {
 			return nil, err
 		}
-		s.dims = append(s.dims, d)
+		base.dims = append(base.dims, d)
 		if spec.Slot || (spec.Key != nil && s.slot == nil) {
 			s.slot = d
 		}
 	}
 	// The dimensions in name order: the order they are given in never
 	// changes a decision, not even which dimension a tie names as binding.
-	slices.SortFunc(s.dims, func(a, b *dim) int { return strings.Compare(a.name, b.name) })
-	s.single = len(s.dims) == 1 && s.dims[0].key == nil && s.dims[0].cost == nil
+	slices.SortFunc(base.dims, func(a, b *dim) int { return strings.Compare(a.name, b.name) })
+	s.single = len(base.dims) == 1 && base.dims[0].key == nil && base.dims[0].cost == nil
 	if rs, ok := store.(*RedisStore); ok {
 		s.remote = !rs.clientClock
 	}
 	s.mem, _ = store.(*MemoryStore)
+	s.startLive(base)
 	return s, nil
 }
 
@@ -260,12 +265,13 @@ func (s *Shaper) Name() string {
 	return s.cfg.name
 }
 
-// MaxQueue returns the longest wait the shaper grants.
+// MaxQueue returns the longest wait the shaper grants, as it stands (see
+// SetMaxQueue).
 func (s *Shaper) MaxQueue() time.Duration {
 	if s == nil {
 		return 0
 	}
-	return s.cfg.maxQueue
+	return s.cur.Load().maxQueue
 }
 
 // errNilShaper is what every method of a nil *Shaper returns: a typed nil
@@ -280,6 +286,7 @@ type Reservation struct {
 	Delay time.Duration
 
 	s     *Shaper
+	c     *contract // the contract it was granted under: it gives back under that one
 	now   time.Time // when it was granted: it departs at now + Delay
 	rem   int64     // Remaining
 	key   string
@@ -381,10 +388,10 @@ func (r *Reservation) giveBack(ctx context.Context, op string, actual int64) err
 			}
 		}
 	} else {
-		if s.dims[0].kern == nil && actual <= r.cost { // the other algorithms only take an extra
+		if r.c.dims[0].kern == nil && actual <= r.cost { // the other algorithms only take an extra
 			return nil
 		}
-		st.keyset = keyset{dims: s.dims[:1], keys: []string{r.key}, slot: r.key}
+		st.keyset = keyset{dims: r.c.dims[:1], keys: []string{r.key}, slot: r.key}
 		st.tags, st.gens, st.seqs, st.costs = []float64{r.tag}, []uint32{r.gen}, []float64{r.seq}, []int64{r.cost}
 		st.holes = true
 		if actual >= 0 {
@@ -417,7 +424,7 @@ func binding(m *multi) string {
 }
 
 // check validates what every method is given and reads the clock once.
-func (s *Shaper) check(ctx context.Context, key string, cost int64) (time.Time, error) {
+func (s *Shaper) check(ctx context.Context, c *contract, key string, cost int64) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
@@ -425,7 +432,7 @@ func (s *Shaper) check(ctx context.Context, key string, cost int64) (time.Time, 
 		return time.Time{}, err
 	}
 	if cost < 1 {
-		return time.Time{}, &CostError{Algorithm: s.dims[0].alg.Name(), Cost: cost, Reason: "must be >= 1", Key: key, Dimension: s.dims[0].name}
+		return time.Time{}, &CostError{Algorithm: c.dims[0].alg.Name(), Cost: cost, Reason: "must be >= 1", Key: key, Dimension: c.dims[0].name}
 	}
 	return s.cfg.clock.Now(), nil
 }
@@ -467,8 +474,7 @@ func (s *Shaper) anchor(now time.Time, local bool) time.Time {
 // checked: concrete on a MemoryStore (MemoryStore.reserve), one dimension
 // of reserveAll on any other. It returns what a Reservation keeps besides
 // the decision (see Reservation).
-func (s *Shaper) reserveOne(ctx context.Context, allow bool, key string, cost int64, ms, limit float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, local bool, err error) {
-	d := s.dims[0]
+func (s *Shaper) reserveOne(ctx context.Context, d *dim, allow bool, key string, cost int64, ms, limit float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, local bool, err error) {
 	alg, k := d.alg, d.kern
 	if allow {
 		alg, k = d.allow, d.kernAllow
@@ -526,13 +532,13 @@ func (s *Shaper) reserveStore(ctx context.Context, d *dim, alg algorithms.Algori
 // number and departure (see Settle), whether a failure policy granted the
 // slot, and the multi-dimension request (nothingToLimit when every
 // dimension was left out).
-func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool, limit float64, dec *algorithms.Decision) (now time.Time, tag float64, gen uint32, seq, at float64, local bool, m *multi, err error) {
-	if now, err = s.check(ctx, key, cost); err != nil {
+func (s *Shaper) decide(ctx context.Context, c *contract, key string, cost int64, allow bool, limit float64, dec *algorithms.Decision) (now time.Time, tag float64, gen uint32, seq, at float64, local bool, m *multi, err error) {
+	if now, err = s.check(ctx, c, key, cost); err != nil {
 		return now, 0, 0, 0, 0, false, nil, err
 	}
 	ms := algorithms.Millis(now)
 	if !s.single {
-		m, err = s.decideMulti(ctx, key, cost, allow, ms, limit, dec)
+		m, err = s.decideMulti(ctx, c, key, cost, allow, ms, limit, dec)
 		if m != nil {
 			local = m.local
 		}
@@ -541,10 +547,10 @@ func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool,
 	// The single-key branch: one contract, no mappings; on a memory store
 	// it calls the GCRA kernel directly (reserveOne).
 	if !trace.On() { // programs that never trace: no timer, no context lookup
-		tag, gen, seq, at, local, err = s.reserveOne(ctx, allow, key, cost, ms, limit, dec)
+		tag, gen, seq, at, local, err = s.reserveOne(ctx, c.dims[0], allow, key, cost, ms, limit, dec)
 	} else {
 		st := startStore(ctx)
-		tag, gen, seq, at, local, err = s.reserveOne(ctx, allow, key, cost, ms, limit, dec)
+		tag, gen, seq, at, local, err = s.reserveOne(ctx, c.dims[0], allow, key, cost, ms, limit, dec)
 		st.done("reserve", err)
 	}
 	return s.anchor(now, local), tag, gen, seq, at, local, nil, err
@@ -552,11 +558,11 @@ func (s *Shaper) decide(ctx context.Context, key string, cost int64, allow bool,
 
 // decideMulti is decide for every other shaper: each dimension's key and
 // cost mapped, then one transition over all of them in the store.
-func (s *Shaper) decideMulti(ctx context.Context, key string, cost int64, allow bool, ms, limit float64, dec *algorithms.Decision) (*multi, error) {
-	req := newMulti(len(s.dims), ms, s.slotOf(key))
+func (s *Shaper) decideMulti(ctx context.Context, c *contract, key string, cost int64, allow bool, ms, limit float64, dec *algorithms.Decision) (*multi, error) {
+	req := newMulti(len(c.dims), ms, s.slotOf(key))
 	req.limit, req.any = limit, s.any
 	var refused error // Any: the first cost a dimension could never admit
-	for _, d := range s.dims {
+	for _, d := range c.dims {
 		c, err := mapCost(d, key, cost)
 		if err != nil {
 			return nil, err
@@ -642,10 +648,10 @@ func checkKey(key string) error {
 // queueFull builds the refusal for a decision that was not allowed:
 // retryAfter past MaxQueue for the leaky bucket, retryAfter itself for the
 // algorithms that never queue.
-func (s *Shaper) queueFull(key string, retryAfter time.Duration, binding string) *QueueFullError {
+func (s *Shaper) queueFull(c *contract, key string, retryAfter time.Duration, binding string) *QueueFullError {
 	maxQueue := time.Duration(0)
 	if s.queues {
-		maxQueue = s.cfg.maxQueue
+		maxQueue = c.maxQueue
 	}
 	return &QueueFullError{Key: key, Dimension: binding, Delay: retryAfter + maxQueue, MaxQueue: maxQueue}
 }
@@ -669,23 +675,24 @@ func (s *Shaper) reserve(ctx context.Context, key string, cost int64, limit floa
 		return Reservation{}, errNilShaper
 	}
 	var dec algorithms.Decision
-	now, tag, gen, seq, at, local, m, err := s.decide(ctx, key, cost, false, limit, &dec)
+	c := s.live(ctx)
+	now, tag, gen, seq, at, local, m, err := s.decide(ctx, c, key, cost, false, limit, &dec)
 	if err != nil {
 		return Reservation{}, err
 	}
 	if !dec.Allowed {
-		if bound := algorithms.Duration(max(limit, 0)); limit < noLimit && s.queues && bound < s.cfg.maxQueue {
+		if bound := algorithms.Duration(max(limit, 0)); limit < noLimit && s.queues && bound < c.maxQueue {
 			wait := dec.RetryAfter + bound
-			if wait <= s.cfg.maxQueue { // within MaxQueue: the deadline refused it
+			if wait <= c.maxQueue { // within MaxQueue: the deadline refused it
 				dl, _ := ctx.Deadline()
 				return Reservation{}, &DeadlineError{Key: key, Delay: wait, Deadline: dl}
 			}
-			return Reservation{}, s.queueFull(key, wait-s.cfg.maxQueue, binding(m))
+			return Reservation{}, s.queueFull(c, key, wait-c.maxQueue, binding(m))
 		}
-		return Reservation{}, s.queueFull(key, dec.RetryAfter, binding(m))
+		return Reservation{}, s.queueFull(c, key, dec.RetryAfter, binding(m))
 	}
 	// Built in place: the hot path copies no Reservation.
-	return Reservation{Delay: dec.Delay, s: s, now: now, rem: dec.Remaining, key: key, cost: cost, tag: tag, seq: seq, at: at, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
+	return Reservation{Delay: dec.Delay, s: s, c: c, now: now, rem: dec.Remaining, key: key, cost: cost, tag: tag, seq: seq, at: at, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
 }
 
 // Allow admits cost units on key only if they may depart now; it never waits.
@@ -694,7 +701,7 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 		return false, errNilShaper
 	}
 	var dec algorithms.Decision
-	_, _, _, _, _, _, _, err := s.decide(ctx, key, cost, true, noLimit, &dec)
+	_, _, _, _, _, _, _, err := s.decide(ctx, s.live(ctx), key, cost, true, noLimit, &dec)
 	return err == nil && dec.Allowed, err
 }
 
@@ -827,16 +834,17 @@ func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) (Reserva
 	start := s.cfg.clock.Now()
 	for {
 		var dec algorithms.Decision
-		now, tag, gen, seq, at, local, m, err := s.decide(ctx, key, cost, false, noLimit, &dec)
+		c := s.live(ctx)
+		now, tag, gen, seq, at, local, m, err := s.decide(ctx, c, key, cost, false, noLimit, &dec)
 		if err != nil {
 			return Reservation{}, err
 		}
 		if dec.Allowed {
-			return Reservation{s: s, now: now, rem: dec.Remaining, key: key, cost: cost, tag: tag, seq: seq, at: at, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
+			return Reservation{s: s, c: c, now: now, rem: dec.Remaining, key: key, cost: cost, tag: tag, seq: seq, at: at, gen: gen, local: local, m: m, done: m == nothingToLimit}, nil
 		}
 		retry := dec.RetryAfter
-		if waited := now.Sub(start); waited+retry > s.cfg.maxQueue {
-			return Reservation{}, &QueueFullError{Key: key, Dimension: binding(m), Delay: waited + retry, MaxQueue: s.cfg.maxQueue}
+		if waited := now.Sub(start); waited+retry > c.maxQueue {
+			return Reservation{}, &QueueFullError{Key: key, Dimension: binding(m), Delay: waited + retry, MaxQueue: c.maxQueue}
 		}
 		if dl, ok := ctx.Deadline(); ok && retry > time.Until(dl) {
 			return Reservation{}, &DeadlineError{Key: key, Delay: retry, Deadline: dl}
@@ -910,13 +918,18 @@ func (s *Shaper) Pause(ctx context.Context, key string, d time.Duration) error {
 	return err
 }
 
-// keys maps key to every dimension's key.
+// keys maps key to every dimension's key, in the contract in force.
 func (s *Shaper) keys(key string) (keyset, error) {
+	return s.keysOf(s.cur.Load(), key)
+}
+
+// keysOf is keys in contract c.
+func (s *Shaper) keysOf(c *contract, key string) (keyset, error) {
 	if err := checkKey(key); err != nil {
 		return keyset{}, err
 	}
-	keys := make([]string, len(s.dims))
-	for i, d := range s.dims {
+	keys := make([]string, len(c.dims))
+	for i, d := range c.dims {
 		keys[i] = key
 		if d.key != nil {
 			keys[i] = d.key(key)
@@ -925,7 +938,7 @@ func (s *Shaper) keys(key string) (keyset, error) {
 			}
 		}
 	}
-	return keyset{dims: s.dims, keys: keys, slot: s.slotOf(key)}, nil
+	return keyset{dims: c.dims, keys: keys, slot: s.slotOf(key)}, nil
 }
 
 // slotOf returns the key whose hash slot holds every key of a request on

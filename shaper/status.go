@@ -59,31 +59,32 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 	if s == nil {
 		return Status{}, errNilShaper
 	}
-	now, err := s.check(ctx, key, cost)
+	c := s.live(ctx)
+	now, err := s.check(ctx, c, key, cost)
 	if err != nil {
 		return Status{}, err
 	}
-	ks, err := s.keys(key)
+	ks, err := s.keysOf(c, key)
 	if err != nil {
 		return Status{}, err
 	}
-	q := &query{keyset: ks, algs: make([]algorithms.Algorithm, len(s.dims)), costs: make([]int64, len(s.dims)), now: algorithms.Millis(now), any: s.any}
+	q := &query{keyset: ks, algs: make([]algorithms.Algorithm, len(c.dims)), costs: make([]int64, len(c.dims)), now: algorithms.Millis(now), any: s.any}
 	var refused error // Any: the first cost a dimension could never admit
-	for i, d := range s.dims {
-		c, err := mapCost(d, key, cost)
+	for i, d := range c.dims {
+		n, err := mapCost(d, key, cost)
 		if err != nil {
 			return Status{}, err
 		}
-		if c > 0 {
-			never, err := s.admissible(d, d.alg, ks.keys[i], c)
+		if n > 0 {
+			never, err := s.admissible(d, d.alg, ks.keys[i], n)
 			if err != nil {
 				return Status{}, err
 			}
 			if never != nil { // reported, but out of the request
-				refused, c = cmp.Or(refused, never), 0
+				refused, n = cmp.Or(refused, never), 0
 			}
 		}
-		q.algs[i], q.costs[i] = d.alg, c
+		q.algs[i], q.costs[i] = d.alg, n
 	}
 	if refused != nil && !slices.ContainsFunc(q.costs, func(c int64) bool { return c > 0 }) {
 		return Status{}, refused
@@ -100,8 +101,8 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 	// is (an instant in ms since the epoch carries a quarter-µs rounding).
 	anchor := s.anchor(now, false)
 	after := func(ms float64) time.Time { return anchor.Add(algorithms.Duration(ms)) }
-	out := Status{Dimensions: make([]DimensionStatus, len(s.dims)), ResetAt: after(q.until - q.at)}
-	for i, d := range s.dims {
+	out := Status{Dimensions: make([]DimensionStatus, len(c.dims)), ResetAt: after(q.until - q.at)}
+	for i, d := range c.dims {
 		f := q.figures[i]
 		ds := DimensionStatus{Name: d.name, Key: ks.keys[i], Remaining: gcra.Units(f.Remaining), Next: after(f.Delay), ResetAt: after(f.Reset)}
 		out.Dimensions[i] = ds

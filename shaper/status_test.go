@@ -43,8 +43,8 @@ func probeStatus(t *testing.T, s *Shaper, clock *timer.Fake, key string, cost in
 		st.Binding == "pause" && (!st.Next.Equal(st.PausedUntil) || !st.Next.After(now)) {
 		t.Fatalf("Status(%q, %d) at %v: %s", key, cost, now, statusText(st, now))
 	}
-	if len(st.Dimensions) != len(s.dims) {
-		t.Fatalf("Status has %d dimensions, the shaper %d", len(st.Dimensions), len(s.dims))
+	if len(st.Dimensions) != len(s.cur.Load().dims) {
+		t.Fatalf("Status has %d dimensions, the shaper %d", len(st.Dimensions), len(s.cur.Load().dims))
 	}
 	for _, d := range st.Dimensions {
 		if d.ResetAt.After(st.ResetAt) {
@@ -62,10 +62,10 @@ func probeStatus(t *testing.T, s *Shaper, clock *timer.Fake, key string, cost in
 			t.Fatalf("the binding dimension %q does not carry the key's figures: %s", st.Binding, statusText(st, now))
 		}
 	}
-	if len(s.dims) == 1 && st.Binding == "" && st.Remaining > 0 && st.Remaining <= 1<<20 {
+	if len(s.cur.Load().dims) == 1 && st.Binding == "" && st.Remaining > 0 && st.Remaining <= 1<<20 {
 		at, err := s.Status(bg, key, st.Remaining)
 		if err == nil && !at.Next.Equal(now) {
-			t.Fatalf("%s: Status says %d remain, but a request of %d departs at +%v", s.dims[0].alg.Name(), st.Remaining, st.Remaining, at.Next.Sub(now))
+			t.Fatalf("%s: Status says %d remain, but a request of %d departs at +%v", s.cur.Load().dims[0].alg.Name(), st.Remaining, st.Remaining, at.Next.Sub(now))
 		}
 		more, err := s.Status(bg, key, st.Remaining+1)
 		if err == nil && !more.Next.After(now) {
@@ -102,7 +102,7 @@ func checkStatus(t *testing.T, s *Shaper, clock *timer.Fake, st Status, stErr er
 	case errors.Is(err, ErrQueueFull) && wait <= limit:
 		t.Fatalf("Status said +%v (within MaxQueue %v), yet the reservation was refused: %v", wait, limit, err)
 	}
-	if err != nil || len(s.dims) != 1 {
+	if err != nil || len(s.cur.Load().dims) != 1 {
 		return
 	}
 	after, err := s.Status(bg, r.key, r.cost)

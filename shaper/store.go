@@ -29,6 +29,17 @@ type Store interface {
 	// status reads the keys' standing without changing anything (see
 	// query).
 	status(ctx context.Context, q *query) error
+	// rebind registers d again, a dimension of a contract changed live
+	// (d.bound is the store's data for it under the contract before), and
+	// returns the store's data for it now.
+	rebind(d *dim) (any, error)
+	// readContract returns the live contract recorded for the shapers under
+	// prefix (the zero record when none).
+	readContract(ctx context.Context, prefix string) (record, error)
+	// writeContract records one change of that contract, made by a shaper
+	// whose configured contract is identity (record.merge), and returns the
+	// record after it.
+	writeContract(ctx context.Context, prefix, identity, field, value string) (record, error)
 	// reset forgets the keys.
 	reset(ctx context.Context, ks keyset) error
 	// pauseLeft returns how many ms remain of the longest pause on the keys

@@ -35,6 +35,9 @@ var (
 	Status = redis.NewScript(lua.Lib + lua.Status)
 	// Pause holds keys until now + d.
 	Pause = redis.NewScript(lua.Lib + lua.Pause)
+	// Contract reads (no ARGV) or changes (identity, field, value) a
+	// prefix's live contract; it replies with the record as HGETALL does.
+	Contract = redis.NewScript(lua.Contract)
 )
 
 // Float formats x as the scripts read it: exactly, in at most 17 significant digits.
