@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,8 +22,9 @@ const DefaultContractRefresh = time.Second
 // WithContractRefresh sets how often a shaper on a RedisStore reads the
 // contract recorded by SetRate and SetMaxQueue in any process of its fleet
 // (default DefaultContractRefresh; 0: never, the shaper follows only its own
-// changes). One caller per interval makes the read, on its way to its
-// reservation. A shaper on a MemoryStore follows a change at once.
+// changes). The first call of each interval starts the read in the
+// background; no caller waits for it. A shaper on a MemoryStore follows a
+// change at once.
 func WithContractRefresh(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
@@ -39,6 +41,10 @@ type contract struct {
 	dims     []*dim
 	maxQueue time.Duration
 	version  uint64 // the version of the store's record it follows (0: the configured contract)
+	// watch is a MemoryStore's record version: the contract is in force
+	// while it equals version. On a RedisStore, which reads its record
+	// every refresh interval, it is never equal (remote).
+	watch *atomic.Uint64
 }
 
 // record is a live contract as a store keeps it for the shapers under one
@@ -60,9 +66,11 @@ type liveState struct {
 	base     *contract // as configured
 	identity string    // the configured contract, whole
 	mu       sync.Mutex
-	memVer   *atomic.Uint64 // a MemoryStore's record version for the prefix: checked on every call
+	memVer   *atomic.Uint64 // a MemoryStore's record version for the prefix, checked on every call (&remote on a RedisStore)
 	refresh  int64          // ns between reads of a remote record (0: never)
 	nextRead atomic.Int64   // a remote record is read at or after this instant (clock ns)
+	reading  atomic.Bool    // a read of the remote record is in flight
+	epoch    uint64         // under mu: grows with every contract adopted (see readRemote)
 }
 
 // startLive publishes the configured contract and arranges to follow the
@@ -74,7 +82,7 @@ func (s *Shaper) startLive(base *contract) {
 		fmt.Fprintf(&id, "%s=%s;", d.name, d.identity)
 	}
 	s.identity = id.String()
-	s.cur.Store(base)
+	s.memVer = &remote
 	switch st := s.store.(type) {
 	case *MemoryStore:
 		s.memVer = st.recordVersion(s.cfg.prefix)
@@ -85,41 +93,82 @@ func (s *Shaper) startLive(base *contract) {
 		}
 		s.refresh = int64(refresh)
 	}
+	base.watch = s.memVer
+	s.cur.Store(base)
 }
+
+// remote is the watch of a contract on a RedisStore: no version equals it.
+var remote = func() (v atomic.Uint64) { v.Store(math.MaxUint64); return }()
 
 // live returns the contract in force, having first followed a change
 // recorded in the store: at once on a MemoryStore (one atomic load per
-// call), at most every refresh interval on a RedisStore (one caller reads
-// while the others go on).
-func (s *Shaper) live(ctx context.Context) *contract {
+// call). On a RedisStore the first call of each refresh interval starts a
+// read of the record in the background (readRemote), which no caller waits
+// for: a Redis that does not answer delays nobody. The hot paths inline it
+// as
+//
+//	c := s.cur.Load()
+//	if c.stale() {
+//		c = s.liveSlow()
+//	}
+func (s *Shaper) live() *contract {
 	c := s.cur.Load()
-	if s.memVer != nil {
-		if s.memVer.Load() != c.version {
-			c = s.follow(ctx)
-		}
-		return c
-	}
-	if s.refresh > 0 {
-		now, next := s.cfg.clock.Now().UnixNano(), s.nextRead.Load()
-		if now >= next && s.nextRead.CompareAndSwap(next, now+s.refresh) {
-			c = s.follow(ctx)
-		}
+	if c.stale() {
+		c = s.liveSlow()
 	}
 	return c
 }
 
-// follow reads the store's record and adopts it. A read that fails (Redis
-// down) or a record this shaper cannot follow keeps the contract in force.
-func (s *Shaper) follow(ctx context.Context) *contract {
+// stale reports whether a store's record may hold another contract than c:
+// a MemoryStore's record changed, or any call on a RedisStore.
+func (c *contract) stale() bool { return c.watch.Load() != c.version }
+
+// liveSlow is live past its inlined check.
+func (s *Shaper) liveSlow() *contract {
+	if s.memVer != &remote {
+		return s.follow()
+	}
+	if s.refresh > 0 {
+		now, next := s.cfg.clock.Now().UnixNano(), s.nextRead.Load()
+		if now >= next && s.nextRead.CompareAndSwap(next, now+s.refresh) && s.reading.CompareAndSwap(false, true) {
+			s.mu.Lock()
+			epoch := s.epoch
+			s.mu.Unlock()
+			go s.readRemote(epoch)
+		}
+	}
+	return s.cur.Load()
+}
+
+// follow adopts a MemoryStore's record.
+func (s *Shaper) follow() *contract {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.memVer != nil && s.memVer.Load() == s.cur.Load().version { // another caller followed it
+	if s.memVer.Load() == s.cur.Load().version { // another caller followed it
 		return s.cur.Load()
 	}
-	if rec, err := s.store.readContract(ctx, s.cfg.prefix); err == nil {
+	if rec, err := s.store.readContract(context.Background(), s.cfg.prefix); err == nil {
 		_ = s.adopt(rec)
 	}
 	return s.cur.Load()
+}
+
+// readRemote reads a RedisStore's record, bounded by the store's timeout,
+// and adopts it, unless this shaper changed its contract since the read
+// began (epoch): the record read may be older than the change. A read that
+// fails (Redis down), or a record this shaper cannot follow, keeps the
+// contract in force; the next interval reads again.
+func (s *Shaper) readRemote(epoch uint64) {
+	defer s.reading.Store(false)
+	rec, err := s.store.readContract(context.Background(), s.cfg.prefix)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.epoch == epoch {
+		_ = s.adopt(rec)
+	}
 }
 
 // adopt makes rec the contract in force (the configured one when rec was
@@ -141,13 +190,14 @@ func (s *Shaper) adopt(rec record) error {
 		}
 	}
 	s.cur.Store(c)
+	s.epoch++
 	return nil
 }
 
 // build returns the contract rec describes: the configured one with rec's
 // fields. Nothing is bound yet.
 func (s *Shaper) build(rec record) (*contract, error) {
-	c := &contract{maxQueue: s.base.maxQueue, version: rec.version}
+	c := &contract{maxQueue: s.base.maxQueue, version: rec.version, watch: s.memVer}
 	if v, ok := rec.fields[maxQueueField]; ok {
 		ns, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ns < 0 {
@@ -271,6 +321,7 @@ func (s *Shaper) change(ctx context.Context, field, value string) error {
 	if err != nil {
 		return err
 	}
+	s.epoch++ // a read begun before the write may return the record before it
 	return s.adopt(rec)
 }
 

@@ -675,7 +675,10 @@ func (s *Shaper) reserve(ctx context.Context, key string, cost int64, limit floa
 		return Reservation{}, errNilShaper
 	}
 	var dec algorithms.Decision
-	c := s.live(ctx)
+	c := s.cur.Load() // s.live(), inlined
+	if c.stale() {
+		c = s.liveSlow()
+	}
 	now, tag, gen, seq, at, local, m, err := s.decide(ctx, c, key, cost, false, limit, &dec)
 	if err != nil {
 		return Reservation{}, err
@@ -701,7 +704,7 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 		return false, errNilShaper
 	}
 	var dec algorithms.Decision
-	_, _, _, _, _, _, _, err := s.decide(ctx, s.live(ctx), key, cost, true, noLimit, &dec)
+	_, _, _, _, _, _, _, err := s.decide(ctx, s.live(), key, cost, true, noLimit, &dec)
 	return err == nil && dec.Allowed, err
 }
 
@@ -834,7 +837,7 @@ func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) (Reserva
 	start := s.cfg.clock.Now()
 	for {
 		var dec algorithms.Decision
-		c := s.live(ctx)
+		c := s.live()
 		now, tag, gen, seq, at, local, m, err := s.decide(ctx, c, key, cost, false, noLimit, &dec)
 		if err != nil {
 			return Reservation{}, err

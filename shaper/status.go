@@ -59,7 +59,7 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 	if s == nil {
 		return Status{}, errNilShaper
 	}
-	c := s.live(ctx)
+	c := s.live()
 	now, err := s.check(ctx, c, key, cost)
 	if err != nil {
 		return Status{}, err
