@@ -6,7 +6,14 @@
 // The parent prints what the partner saw: per-process and aggregate rates
 // and the most arrivals in any 1 s window.
 //
+// With -change N, the parent changes the fleet's contract to N/s while it
+// runs (Shaper.SetRate from a shaper of its own, after -change-at): every
+// process follows within its refresh interval (1 s), and the parent
+// measures the busiest second before the change and after the fleet has
+// followed.
+//
 //	go run ./examples/redis-fleet [-procs 4] [-rate 500] [-duration 5s] [-redis host:port] [-short]
+//	go run ./examples/redis-fleet -rate 500 -change 200 -change-at 2s -duration 5s
 //
 // Without -redis it needs redis-server on PATH (Debian: apt-get install
 // redis-server).
@@ -45,7 +52,14 @@ type config struct {
 	rate     int
 	duration time.Duration
 	redis    string
+	change   int           // a new rate, set live (0: none)
+	changeAt time.Duration // when, after the processes start
 }
+
+// settle is how long after a live change every process runs the new
+// contract: the refresh interval, and the slots granted before the change
+// that the processes' 8 goroutines each still hold.
+const settle = shaper.DefaultContractRefresh + 200*time.Millisecond
 
 func main() {
 	var c config
@@ -56,6 +70,8 @@ func main() {
 	flag.StringVar(&c.redis, "redis", "", "Redis address (default: start redis-server on a free port)")
 	url := flag.String("url", "", "the partner's URL (set by the parent for its workers)")
 	asJSON := flag.Bool("json", false, "end with the measurements as one JSON line (for make bench)")
+	flag.IntVar(&c.change, "change", 0, "change the contract live to this many requests per second")
+	flag.DurationVar(&c.changeAt, "change-at", 2*time.Second, "when to change it, after the processes start")
 	flag.Parse()
 	if *short {
 		c.procs, c.duration = 2, 2*time.Second
@@ -76,20 +92,32 @@ func main() {
 	}
 }
 
+// fleetShaper is the shaper every process of the fleet runs, and the one
+// the parent changes the contract with: the same name and configured rate,
+// so that they follow the same live contract.
+func fleetShaper(client redis.UniversalClient, rate int) (*shaper.Shaper, *shaper.RedisStore, error) {
+	// A call that cannot reach Redis within a second fails (the default
+	// policy is FailClosed); the default 250 ms is tighter than a loaded
+	// laptop running the whole fleet needs.
+	store := shaper.NewRedisStore(client, shaper.WithRedisTimeout(time.Second))
+	s, err := shaper.New(store, shaper.PerSecond(int64(rate)), shaper.WithName("fleet-demo"))
+	if err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	return s, store, nil
+}
+
 // worker is one process of the fleet: it sends requests to url from 8
 // goroutines, each paced by the shared Redis budget, for c.duration.
 func worker(id string, c config, url string) error {
 	client := redis.NewClient(&redis.Options{Addr: c.redis, PoolSize: 16})
 	defer client.Close()
-	// A call that cannot reach Redis within a second fails (the default
-	// policy is FailClosed); the default 250 ms is tighter than a loaded
-	// laptop running the whole fleet needs.
-	store := shaper.NewRedisStore(client, shaper.WithRedisTimeout(time.Second))
-	defer store.Close()
-	s, err := shaper.New(store, shaper.PerSecond(int64(c.rate)), shaper.WithName("fleet-demo"))
+	s, store, err := fleetShaper(client, c.rate)
 	if err != nil {
 		return err
 	}
+	defer store.Close()
 	tr := transport.New(s, transport.WithKey(func(*http.Request) string { return "partner" }),
 		transport.WithBase(stamp{http.DefaultTransport}))
 	httpClient := &http.Client{Transport: tr}
@@ -160,6 +188,10 @@ type Result struct {
 	MostIn1s  int     // the most departures in any 1 s window: the fleet's pacing
 	MostArr1s int     // the most arrivals in any 1 s window: pacing plus loopback jitter
 	PerWorker []int
+	// With a live change: the busiest 1 s of departures before it, and
+	// from settle after it to the end, and the aggregate rate then.
+	MostBefore, MostAfter int
+	RateAfter             float64
 }
 
 // measure runs the fleet and returns what the partner saw. It fails if any
@@ -176,10 +208,10 @@ func measure(w io.Writer, c config) (Result, error) {
 		defer stop()
 		c.redis = addr
 	}
-	// A fresh budget: the example's keys from an earlier run would delay this one.
+	// A fresh budget and contract: an earlier run's keys would delay this one.
 	client := redis.NewClient(&redis.Options{Addr: c.redis})
-	err := client.Del(context.Background(), "tk:fleet-demo:{partner}", "tk:fleet-demo:{partner}:p").Err()
-	_ = client.Close()
+	defer client.Close()
+	err := client.Del(context.Background(), "tk:fleet-demo:{partner}", "tk:fleet-demo:{partner}:p", "tk:fleet-demo:contract").Err()
 	if err != nil {
 		return Result{}, fmt.Errorf("redis at %s: %w", c.redis, err)
 	}
@@ -193,7 +225,23 @@ func measure(w io.Writer, c config) (Result, error) {
 	}
 	fmt.Fprintf(w, "%d processes share %d requests/s through Redis at %s for %v each\n", c.procs, c.rate, c.redis, c.duration)
 	var wg sync.WaitGroup
-	errs := make([]error, c.procs)
+	errs := make([]error, c.procs+1)
+	var changed time.Time
+	if c.change > 0 {
+		fmt.Fprintf(w, "the contract changes to %d/s %v after they start\n", c.change, c.changeAt)
+		wg.Go(func() {
+			time.Sleep(c.changeAt)
+			s, store, err := fleetShaper(client, c.rate)
+			if err == nil {
+				defer store.Close()
+				err = s.SetRate(context.Background(), "", shaper.PerSecond(int64(c.change)))
+			}
+			changed = time.Now()
+			if err != nil {
+				errs[c.procs] = fmt.Errorf("the live change: %w", err)
+			}
+		})
+	}
 	for i := range c.procs {
 		cmd := exec.Command(self, "-procs", "1", "-rate", strconv.Itoa(c.rate), "-duration", c.duration.String(), "-redis", c.redis, "-url", srv.URL)
 		cmd.Env = append(os.Environ(), workerEnv+"="+strconv.Itoa(i+1))
@@ -233,6 +281,9 @@ func measure(w io.Writer, c config) (Result, error) {
 	fmt.Fprintf(w, "\naggregate %.1f/s against a contract of %d/s (%+.2f%%)\n", res.Rate, c.rate, res.ErrorPct)
 	fmt.Fprintf(w, "most in any 1 s window: %d departures (limit %d + burst 1), %d arrivals (departures plus loopback jitter)\n",
 		res.MostIn1s, c.rate, res.MostArr1s)
+	if c.change > 0 {
+		return res, c.checkChange(w, &res, ts, changed)
+	}
 	// The slots never exceed the contract; a departure is its slot plus the
 	// wake-up lateness of the process that holds it, and on a loaded host that
 	// varies by a few ms, so a window that opens at a late departure can hold
@@ -243,6 +294,36 @@ func measure(w io.Writer, c config) (Result, error) {
 		return res, fmt.Errorf("the contract was exceeded: %d departures in one second (allowed %d)", res.MostIn1s, allowed)
 	}
 	return res, nil
+}
+
+// checkChange measures a live change: before it every second holds the
+// old contract, and from settle after it the new one (+ burst 1 + the
+// jitter allowance, as in measure).
+func (c config) checkChange(w io.Writer, res *Result, ts []time.Time, changed time.Time) error {
+	from := changed.Add(settle)
+	i := 0
+	for i < len(ts) && ts[i].Before(changed) {
+		i++
+	}
+	j := i
+	for j < len(ts) && ts[j].Before(from) {
+		j++
+	}
+	after := ts[j:]
+	res.MostBefore, res.MostAfter = window.MostInOneSecond(ts[:i]), window.MostInOneSecond(after)
+	if len(after) < 2 || after[len(after)-1].Sub(after[0]) < time.Second {
+		return fmt.Errorf("less than a second of departures after the fleet followed the change: lengthen -duration")
+	}
+	res.RateAfter = float64(len(after)-1) / after[len(after)-1].Sub(after[0]).Seconds()
+	fmt.Fprintf(w, "before the change: most in 1 s %d (limit %d + 1)\n", res.MostBefore, c.rate)
+	fmt.Fprintf(w, "from %v after it: most in 1 s %d (limit %d + 1), aggregate %.1f/s\n", settle, res.MostAfter, c.change, res.RateAfter)
+	if allowed := c.change + 1 + jitterAllowance(c.change); res.MostAfter > allowed {
+		return fmt.Errorf("the new contract was exceeded once the fleet followed it: %d departures in one second (allowed %d)", res.MostAfter, allowed)
+	}
+	if c.change < c.rate && res.MostAfter < c.change*9/10 {
+		return fmt.Errorf("after the change the fleet sent %d in its busiest second, well under the new %d/s", res.MostAfter, c.change)
+	}
+	return nil
 }
 
 // startRedis starts a private redis-server on a free loopback port.

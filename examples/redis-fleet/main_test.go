@@ -40,3 +40,23 @@ func TestFleetSharesOneBudget(t *testing.T) {
 		}
 	}
 }
+
+// A contract changed live from one process reaches every process of the
+// fleet: from the refresh interval (plus the slots already held) after the
+// change, the busiest second of departures holds the new contract, and the
+// fleet still uses it.
+func TestFleetFollowsALiveChange(t *testing.T) {
+	srv := redistest.Start(t)
+	var out bytes.Buffer
+	res, err := measure(&out, config{procs: 2, rate: 300, duration: 4 * time.Second, redis: srv.Addr(), change: 100, changeAt: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	if res.MostBefore < 270 {
+		t.Errorf("before the change the fleet sent at most %d in a second, under the 300/s it had", res.MostBefore)
+	}
+	if res.RateAfter < 95 || res.RateAfter > 103 {
+		t.Errorf("after the change the fleet ran at %.1f/s, want the new 100/s", res.RateAfter)
+	}
+}
