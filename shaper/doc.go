@@ -16,7 +16,9 @@
 // consuming; Pause holds a key (a partner's 429); Reset forgets it. A wait
 // longer than MaxQueue is refused at once with a *QueueFullError and
 // consumes nothing. All combines several contracts (requests and tokens per
-// minute); Any admits what any one of them admits. Bad input gets a typed
+// minute); Any admits what any one of them admits. SetRate and SetMaxQueue
+// change a running shaper's contract, and every process sharing its Redis
+// budget follows. Bad input gets a typed
 // error and writes nothing; a done ctx returns ctx.Err() unchanged. Shapers
 // and stores are safe for concurrent use. The docs/ folder says what each
 // algorithm guarantees and how a fleet shares a budget.

@@ -219,3 +219,37 @@ func ExampleAny() {
 	// leave in 1s; pool left: 0
 	// leave in 2s; pool left: 0
 }
+
+// SetRate changes a running shaper's contract: the partner has cut its
+// limit from 10 to 2 per second. The slots already granted keep their
+// times; the next request queues after them at the new pace. On a
+// RedisStore every process sharing the budget follows the change within
+// its refresh interval.
+func ExampleShaper_SetRate() {
+	store := shaper.NewMemoryStore()
+	defer store.Close()
+	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, err := shaper.New(store, shaper.PerSecond(10), shaper.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for range 3 {
+		r, _ := s.Reserve(ctx, "partner", 1)
+		fmt.Println("10/s: leave in", r.Delay)
+	}
+	if err := s.SetRate(ctx, "", shaper.PerSecond(2)); err != nil {
+		panic(err)
+	}
+	for range 3 {
+		r, _ := s.Reserve(ctx, "partner", 1)
+		fmt.Println(" 2/s: leave in", r.Delay)
+	}
+	// Output:
+	// 10/s: leave in 0s
+	// 10/s: leave in 100ms
+	// 10/s: leave in 200ms
+	//  2/s: leave in 300ms
+	//  2/s: leave in 800ms
+	//  2/s: leave in 1.3s
+}
