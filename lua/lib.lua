@@ -364,6 +364,29 @@ end
 -- what else a dimension needs and returns an error reply, or nil. It
 -- returns the dimensions and the latest pause's end (now when none), or nil
 -- and the error reply.
+-- A partner's clamp on a key K lives in K:k as "next interval end" (ms):
+-- while now < end, nothing departs on K before min(next, end), and each
+-- departure before end moves next to max(next, departure) + interval
+-- (shaper.Shaper.Clamp).
+local function parse_clamp(raw)
+  local a, b, c = string.match(raw, '^(%S+) (%S+) (%S+)$')
+  local v = {tonumber(a), tonumber(b), tonumber(c)}
+  if not (v[1] and v[2] and v[3]) or v[1] ~= v[1] or v[2] ~= v[2] or v[3] ~= v[3] then return nil end
+  return v
+end
+
+-- advance_clamp moves clamp c of key ck past a departure before its reset
+-- (one after it is the next window's; see parse_clamp).
+local function advance_clamp(ck, c, now, departure)
+  if departure >= c[3] then return end
+  local nextv = c[1]
+  if departure > nextv then nextv = departure end
+  nextv = nextv + c[2]
+  local ttl = math.ceil(c[3] - now)
+  if ttl < 1 then ttl = 1 end
+  redis.call('SET', ck, fmt(nextv) .. ' ' .. fmt(c[2]) .. ' ' .. fmt(c[3]), 'PX', ttl)
+end
+
 local function read_dims(now, zero_ok, extra)
   local n = #KEYS / 2
   local dims = {}
@@ -398,6 +421,18 @@ local function read_dims(now, zero_ok, extra)
       local v = tonumber(paused)
       if not v or v ~= v then return nil, refuse(i, 'pause key holds a corrupt value') end
       if v > not_before then not_before = v end
+    end
+    local craw, cwhy = get(KEYS[2 * i - 1] .. ':k')
+    if craw == nil then return nil, refuse(i, 'clamp key ' .. cwhy) end
+    if craw then
+      local c = parse_clamp(craw)
+      if not c then return nil, refuse(i, 'clamp key holds a corrupt value') end
+      if now < c[3] then -- in force: its next slot, or its reset once what it allows is taken
+        d.clamp = c
+        local f = c[1]
+        if c[3] < f then f = c[3] end
+        if f > not_before then not_before = f end
+      end
     end
   end
   return dims, not_before

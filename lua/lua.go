@@ -51,6 +51,13 @@ var (
 	//go:embed pause.lua
 	Pause string
 
+	// Clamp paces keys evenly until a partner's reset: KEYS: the state
+	// keys; ARGV: now in ms ("" reads Redis TIME), the interval and the span
+	// in ms.
+	//
+	//go:embed clamp.lua
+	Clamp string
+
 	// Contract reads or changes the live contract of the shapers under one
 	// prefix (a hash). KEYS: the record. ARGV: nothing to read it; or the
 	// configured contract's identity, a field and its value to change it.

@@ -1,7 +1,7 @@
 
 -- reserve: one transition over N dimensions, all or nothing (a single key is N = 1).
 -- KEYS: per dimension, its state key K then its pause key (a Ledger lives in
---   K:l, K:h and K:b: ledger.lua).
+--   K:l, K:h and K:b: ledger.lua; a partner's clamp in K:k: lib.lua).
 -- ARGV[1]: now in ms ('' for the server's TIME); then per dimension 8 values:
 --   kind, six parameters, cost; then optionally 'any': any dimension may
 --   admit (algorithms.AnyWithin), and only those admitting commit.
@@ -48,6 +48,10 @@ if ok then
       redis.call('SET', KEYS[2 * i - 1], encode(d.st), 'PX', ttl)
       reply[#reply + 1] = fmt(d.st[1])
     end
+  end
+  for i = 1, n do -- a partner's clamp moves past the departure
+    local d = dims[i]
+    if d.clamp and (not took or took[i]) then advance_clamp(KEYS[2 * i - 1] .. ':k', d.clamp, now, now + wait) end
   end
   for i = 1, n do -- a key of the GCRA family with a Ledger records the departure
     local d, seq = dims[i], '0'

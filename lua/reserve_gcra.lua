@@ -7,14 +7,15 @@
 -- the caller recomputes the figures, bit for bit, with the same Go math
 -- (lua.GCRAReply.Decide).
 -- KEYS: the state key K, the pause key. A key with a Ledger keeps it in K:l,
---   K:h, K:b and K:c (ledger.lua), derived here: Redis refuses a command of more
+--   K:h, K:b and K:c (ledger.lua), a partner's clamp in K:k, derived here: Redis refuses a command of more
 --   than ten arguments before AUTH, so a reservation passes two keys.
 -- ARGV: now in ms ('' for the server's TIME), interval, tau, max_wait, cost,
 --   and optionally a TAT floor relative to now (ms): the key's schedule is
 --   taken to run at least that far ahead (slots a failure policy granted
 --   while Redis was down, which Redis never saw).
 -- Reply: {allowed '1'|'0', binding '0'|'-1', TIME seconds, TIME microseconds
---   (both '' with a client clock), stored TAT or '', pause floor or ''}; on a
+--   (both '' with a client clock), stored TAT or '', the floor (the pause's
+--   end or the clamp's next slot, the later) or ''}; on a
 --   key with a Ledger, when admitted, then 'g' and the grant's sequence
 --   number, or 'h', the instant of the hole it took and the sequence number.
 local now, sec, usec = nil, '', ''
@@ -33,7 +34,8 @@ if not (cost and cost >= 1 and cost <= 9007199254740992 and cost == math.floor(c
   return redis.error_reply('TKCOST 0 ' .. tostring(ARGV[5]))
 end
 local lk = KEYS[1] .. ':l' -- the Ledger's first key; the others only for a key that has one
-local got = redis.call('MGET', KEYS[1], KEYS[2], lk)
+local ck = KEYS[1] .. ':k' -- a partner's clamp (lib.lua's parse_clamp)
+local got = redis.call('MGET', KEYS[1], KEYS[2], lk, ck)
 local stored, paused = got[1] or '', got[2] or ''
 local tat = nil
 if got[1] then
@@ -51,12 +53,41 @@ if tat and tat > now then ahead = tat - now end
 local wait = (ahead + tc) - tau
 if wait < 0 then wait = 0 end
 local bind = '0'
+local floor_v = nil -- the pause's end, or the clamp's next slot, whichever is later
 if got[2] then
-  local not_before = tonumber(got[2])
-  if not not_before or not_before ~= not_before then
+  floor_v = tonumber(got[2])
+  if not floor_v or floor_v ~= floor_v then
     return redis.error_reply('TKSTATE 0 pause key holds a corrupt value')
   end
-  if not_before - now > wait then wait, bind = not_before - now, '-1' end
+end
+local clamp = nil
+if got[4] then
+  local a, b, c = string.match(got[4], '^(%S+) (%S+) (%S+)$')
+  clamp = {tonumber(a), tonumber(b), tonumber(c)}
+  if not (clamp[1] and clamp[2] and clamp[3]) or clamp[1] ~= clamp[1] or clamp[2] ~= clamp[2] or clamp[3] ~= clamp[3] then
+    return redis.error_reply('TKSTATE 0 clamp key holds a corrupt value')
+  end
+  if now < clamp[3] then -- in force: its next slot, or its reset once what it allows is taken
+    local f = clamp[1]
+    if clamp[3] < f then f = clamp[3] end
+    if not floor_v or f > floor_v then floor_v = f end
+  else
+    clamp = nil
+  end
+end
+if floor_v then
+  paused = string.format('%.17g', floor_v)
+  if floor_v - now > wait then wait, bind = floor_v - now, '-1' end
+end
+-- advance moves the clamp past a departure (lib.lua's advance_clamp).
+local function advance(departure)
+  if not clamp or departure >= clamp[3] then return end
+  local nextv = clamp[1]
+  if departure > nextv then nextv = departure end
+  nextv = nextv + clamp[2]
+  local cttl = math.ceil(clamp[3] - now)
+  if cttl < 1 then cttl = 1 end
+  redis.call('SET', ck, string.format('%.17g', nextv) .. ' ' .. string.format('%.17g', clamp[2]) .. ' ' .. string.format('%.17g', clamp[3]), 'PX', cttl)
 end
 local led = nil
 if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recorded
@@ -65,8 +96,7 @@ if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recor
   local l = led.decode(got[3])
   if not l then return redis.error_reply('TKSTATE 0 ledger key holds a corrupt value') end
   local floor = now
-  if got[2] then floor = tonumber(got[2]) end
-  if floor < now then floor = now end
+  if floor_v and floor_v > floor then floor = floor_v end
   local before = math.huge
   if wait <= max_wait then before = now + wait end
   local fits = led.fits(l, interval, tau) -- a Ledger made under another contract (changed live) is not used
@@ -74,6 +104,7 @@ if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recor
   if fits then at, seq = led.take(l, lk[3], lk[2], interval, max_wait, now, floor, before, cost) end
   if at then
     led.save(l, lk, tat or now, now)
+    advance(at)
     return {'1', bind, sec, usec, stored, paused, 'h', string.format('%.17g', at), string.format('%.17g', seq)}
   end
   if wait <= max_wait and led.idle(lk, tat or now, now) then -- cold, no hole ahead: a fresh Ledger
@@ -104,6 +135,7 @@ if type(set) == 'table' and set.err then
   end
   return redis.error_reply(set.err)
 end
+advance(now + wait)
 if led then
   local l = got[3]
   local seq = led.grant(l, lk[3], interval, now + wait, cost)

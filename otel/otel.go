@@ -387,3 +387,19 @@ func (w *Reserver) Status(ctx context.Context, key string, cost int64) (shaper.S
 	}
 	return st.Status(itrace.With(ctx, w.trace), key, cost)
 }
+
+// Clamp delegates to the wrapped Reserver's Clamp (see
+// shaper.Shaper.Clamp), with the store's own trace. A wrapped Reserver
+// without a Clamp method fails with a *shaper.ConfigError.
+func (w *Reserver) Clamp(ctx context.Context, key string, remaining int64, reset time.Duration) error {
+	if w.inner == nil {
+		return errNil
+	}
+	c, ok := w.inner.(interface {
+		Clamp(context.Context, string, int64, time.Duration) error
+	})
+	if !ok {
+		return &shaper.ConfigError{Algorithm: "otel", Field: "Reserver", Value: fmt.Sprintf("%T", w.inner), Reason: "the wrapped Reserver has no Clamp method"}
+	}
+	return c.Clamp(itrace.With(ctx, w.trace), key, remaining, reset)
+}

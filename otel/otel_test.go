@@ -470,3 +470,28 @@ func TestDegradedCounted(t *testing.T) {
 		t.Errorf("store latency points %+v, want 4 reserve operations", lat.DataPoints)
 	}
 }
+
+// TestClampForwarded: a clamp through the wrapper reaches the shaper, and a
+// wrapped Reserver without Clamp says so with a typed error.
+func TestClampForwarded(t *testing.T) {
+	h := newHarness(t)
+	s, clock := newShaper(t, shaper.PerSecond(10))
+	r := h.wrap(s).(*otel.Reserver)
+	ctx := context.Background()
+	if err := r.Clamp(ctx, "k", 2, 10*time.Second); err != nil { // 5 s apart, slower than 10/s
+		t.Fatal(err)
+	}
+	if _, err := r.Reserve(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Status(ctx, "k", 1); err != nil || st.Next.Sub(clock.Now()) != 5*time.Second {
+		t.Fatalf("after a clamp of 2 in 10 s through otel.Wrap: %+v %v, want the next in 5 s", st, err)
+	}
+	var ce *shaper.ConfigError
+	if err := h.wrap(waitOnly{s}).(*otel.Reserver).Clamp(ctx, "k", 1, time.Second); !errors.As(err, &ce) {
+		t.Fatalf("a Reserver without Clamp: %v", err)
+	}
+	if err := h.wrap(nil).(*otel.Reserver).Clamp(ctx, "k", 1, time.Second); !errors.As(err, &ce) {
+		t.Fatalf("a nil Reserver: %v", err)
+	}
+}

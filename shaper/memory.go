@@ -68,23 +68,53 @@ type memSpace struct {
 	tats   tatKeys   // the leaky bucket and GCRA (tats.index != nil): a bare TAT per key
 	states stateKeys // the other algorithms: a State per key
 	alg    algorithms.Algorithm
-	paused map[string]float64 // pauses are rare: nil until the first
+	paused map[string]float64    // pauses are rare: nil until the first
+	clamps map[string]clampState // partners' clamps (Shaper.Clamp): nil until the first
 }
 
+// clampState is a partner's clamp on a key, in ms: while now < end,
+// nothing departs before min(next, end), and each departure before end
+// moves next to max(next, departure) + interval (lua/lib.lua's
+// parse_clamp).
+type clampState struct{ next, interval, end float64 }
+
 // floor returns the instant before which key may not depart: its pause's
-// end, or now.
+// end or its clamp's next slot, whichever is later, or now.
 func (sp *memSpace) floor(key string, now float64) float64 {
+	f := now
 	if sp.paused != nil {
-		if p, ok := sp.paused[key]; ok && p > now {
-			return p
+		if p, ok := sp.paused[key]; ok && p > f {
+			f = p
 		}
 	}
-	return now
+	if sp.clamps != nil {
+		if c, ok := sp.clamps[key]; ok && now < c.end && min(c.next, c.end) > f { // its reset once what it allows is taken
+			f = min(c.next, c.end)
+		}
+	}
+	return f
+}
+
+// advance moves key's clamp, if one holds at now, past a departure before
+// its reset.
+func (sp *memSpace) advance(key string, now, departure float64) {
+	if sp.clamps == nil {
+		return
+	}
+	if c, ok := sp.clamps[key]; ok && now < c.end && departure < c.end { // one after the reset is the next window's
+		c.next = max(c.next, departure) + c.interval
+		sp.clamps[key] = c
+	}
 }
 
 // sweep evicts the idle entries (states equivalent to a cold key at now and
 // not paused, and pauses that have ended) and returns how many it evicted.
 func (sp *memSpace) sweep(now float64) int {
+	for k, c := range sp.clamps { // not entries under MaxKeys: they end with their reset
+		if c.end <= now {
+			delete(sp.clamps, k)
+		}
+	}
 	n := 0
 	for k, p := range sp.paused {
 		if p <= now {
@@ -308,6 +338,7 @@ func (m *MemoryStore) reserve(d *dim, alg algorithms.Algorithm, key string, cost
 	case len(next) != len(st) || &next[0] != &st[0]:
 		sp.states.states[key] = next
 	}
+	sp.advance(key, now, now) // an algorithm that does not queue admits only what departs now
 	*dec = res
 	return next[0], 0, nil
 }
@@ -347,6 +378,9 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 		i = t.add(k, next)
 		m.track(nsOf(d), k, next, false)
 	}
+	if sp.clamps != nil {
+		sp.advance(key, now, now+wait)
+	}
 	return next, t.grant(i), 0, now + wait, nil
 }
 
@@ -369,6 +403,7 @@ func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key strin
 	if fits {
 		if at, seq, ok := l.Take(k, now, floor, before, cost); ok {
 			dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(at-now), k.Remaining(tat, now)
+			sp.advance(key, now, at)
 			return tat, t.gens[i] &^ hasLedger, seq, at, nil
 		}
 	}
@@ -378,6 +413,7 @@ func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key strin
 	}
 	dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(wait), k.Remaining(next, now)
 	t.slab[i] = next
+	sp.advance(key, now, now+wait)
 	switch {
 	case l.Idle(tat, now): // cold, no hole ahead: a fresh Ledger, whose steps know every departure
 		l = k.NewLedger(tat, now)
@@ -503,6 +539,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 			req.tags, req.gens, req.seqs = append(req.tags, 0), append(req.gens, 0), append(req.seqs, 0)
 			continue
 		}
+		spaces[i].advance(req.keys[i], req.now, req.at)
 		stored, isNew, gen := spaces[i].keys.put(req.keys[i], dims[i].State)
 		if isNew {
 			m.trackState(spaces[i], nsOf(d), stored, dims[i].State, req.now)
@@ -644,6 +681,24 @@ func (m *MemoryStore) reset(_ context.Context, ks keyset) error {
 			delete(sp.paused, keys[i])
 			m.keys.Add(-1)
 		}
+		delete(sp.clamps, keys[i])
+	})
+	return nil
+}
+
+// clamp sets a partner's clamp on every key (see Shaper.Clamp): it keeps
+// the next slot of a clamp still in force, if that falls within its window.
+func (m *MemoryStore) clamp(_ context.Context, ks keyset, now, interval, span float64) error {
+	keys := ks.keys
+	m.each(ks, func(_ *memShard, sp *memSpace, _ *dim, i int) {
+		next := now
+		if c, ok := sp.clamps[keys[i]]; ok && now < c.end && c.next > now && c.next < c.end { // its next slot, within its window
+			next = c.next
+		}
+		if sp.clamps == nil {
+			sp.clamps = map[string]clampState{}
+		}
+		sp.clamps[strings.Clone(keys[i])] = clampState{next: next, interval: interval, end: now + span}
 	})
 	return nil
 }

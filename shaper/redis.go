@@ -241,8 +241,9 @@ func redisKeys(ks keyset) []string {
 	return out
 }
 
-// ledgerSuffixes are the suffixes of a state key's Ledger keys (lua.Ledger).
-var ledgerSuffixes = [...]string{":l", ":h", ":b", ":c"}
+// derivedSuffixes are the suffixes of the keys the scripts derive from a
+// state key: its Ledger's (lua.Ledger) and a partner's clamp (lua.Clamp).
+var derivedSuffixes = [...]string{":l", ":h", ":b", ":c", ":k"}
 
 func (r *RedisStore) now(ms float64) string {
 	if r.clientClock {
@@ -634,7 +635,7 @@ func (r *RedisStore) pause(ctx context.Context, ks keyset, now, d float64) error
 func (r *RedisStore) reset(ctx context.Context, ks keyset) error {
 	all := redisKeys(ks)
 	for i := range ks.dims {
-		for _, suffix := range ledgerSuffixes {
+		for _, suffix := range derivedSuffixes {
 			all = append(all, all[2*i]+suffix)
 		}
 	}

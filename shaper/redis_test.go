@@ -95,7 +95,7 @@ func runScenarioKeys(t *testing.T, s *Shaper, clock *timer.Fake, seed uint64, od
 	var held []Reservation
 	for i := range 300 {
 		key := oddKeys[rng.IntN(len(oddKeys))]
-		switch op := rng.IntN(20); {
+		switch op := rng.IntN(21); {
 		case op < 10:
 			cost := int64(1 + rng.IntN(3))
 			var st Status
@@ -124,6 +124,10 @@ func runScenarioKeys(t *testing.T, s *Shaper, clock *timer.Fake, seed uint64, od
 			err := s.Pause(bg, key, time.Duration(rng.IntN(1500))*time.Millisecond)
 			out = append(out, fmt.Sprintf("%d pause %q: %v", i, key, errText(err)))
 		case op < 17:
+			n, reset := int64(rng.IntN(6)), time.Duration(rng.IntN(3000))*time.Millisecond
+			err := s.Clamp(bg, key, n, reset)
+			out = append(out, fmt.Sprintf("%d clamp %q %d in %v: %v", i, key, n, reset, errText(err)))
+		case op < 18:
 			out = append(out, fmt.Sprintf("%d reset %q: %v", i, key, errText(s.Reset(bg, key))))
 		default:
 			clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
@@ -216,10 +220,10 @@ func (h timelessHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			for _, k := range args[3 : 3+n] {
 				key := fmt.Sprint(k)
 				p.Persist(ctx, key)
-				if !strings.Contains(key, "{") { // a contract record: no TTL, no Ledger, no hash tag
+				if !strings.Contains(key, "{") { // a contract record: no TTL, no derived keys, no hash tag
 					continue
 				}
-				for _, suffix := range ledgerSuffixes {
+				for _, suffix := range derivedSuffixes {
 					p.Persist(ctx, key+suffix)
 				}
 			}

@@ -9,7 +9,8 @@ import (
 // for its key (a shaper per partner host, say), behind one transport or
 // queue. pick runs on every call and must be safe for concurrent use; a key
 // it maps to nil fails with a *KeyError and reserves nothing. The Reserver
-// also has Acquire and Status (see Shaper), forwarded to the Reserver picked.
+// also has Acquire, Status and Clamp (see Shaper), forwarded to the
+// Reserver picked.
 func Route(pick func(key string) Reserver) Reserver {
 	return &router{pick: pick}
 }

@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -71,3 +72,39 @@ func TestRouteKeepsEachContract(t *testing.T) {
 		t.Fatalf("Route(nil): %v, want a *ConfigError", err)
 	}
 }
+
+// Route forwards Clamp to the Reserver it picks; an unrouted key, or a
+// Reserver without Clamp, fails with a typed error.
+func TestRouteForwardsClamp(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTest(t, PerSecond(10))
+	r := Route(func(key string) Reserver {
+		switch key {
+		case "shaper":
+			return s
+		case "bare":
+			return bare{s}
+		}
+		return nil
+	}).(interface {
+		Clamp(ctx context.Context, key string, remaining int64, reset time.Duration) error
+	})
+	if err := r.Clamp(bg, "shaper", 2, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mustReserve(t, s, "shaper", 1)
+	if d := mustReserve(t, s, "shaper", 1).Delay; d != 5*time.Second {
+		t.Fatalf("after a clamp of 2 in 10 s through Route: %v, want 5s", d)
+	}
+	var ke *KeyError
+	if err := r.Clamp(bg, "unknown", 1, time.Second); !errors.As(err, &ke) {
+		t.Fatalf("an unrouted key: %v", err)
+	}
+	var ce *ConfigError
+	if err := r.Clamp(bg, "bare", 1, time.Second); !errors.As(err, &ce) {
+		t.Fatalf("a Reserver without Clamp: %v", err)
+	}
+}
+
+// bare hides every method of a Reserver but the interface's.
+type bare struct{ Reserver }

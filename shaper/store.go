@@ -26,6 +26,9 @@ type Store interface {
 	// pause holds every departure on the keys for d ms from now (ms; a store
 	// on the server's clock measures from its own now).
 	pause(ctx context.Context, ks keyset, now, d float64) error
+	// clamp sets a partner's clamp on the keys (Shaper.Clamp): until now +
+	// span (ms), departures at least interval ms apart.
+	clamp(ctx context.Context, ks keyset, now, interval, span float64) error
 	// status reads the keys' standing without changing anything (see
 	// query).
 	status(ctx context.Context, q *query) error

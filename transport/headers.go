@@ -63,36 +63,66 @@ func seconds(s float64) time.Duration {
 //     single RateLimit header in its list form ("limit=100, remaining=0,
 //     reset=30") and its structured form ("default";r=0;t=30).
 //
-// Headers can only slow a key down: remaining above zero says nothing.
+// Headers can only slow a key down: remaining above zero says nothing here
+// (see RateLimitRemaining).
 func RateLimitPause(h http.Header, now time.Time) (time.Duration, bool) {
 	var pause time.Duration
 	found := false
-	take := func(d time.Duration) {
-		found = true
-		pause = max(pause, d)
-	}
-	if exhausted(h.Get("X-RateLimit-Remaining")) {
-		if d, ok := resetIn(h.Get("X-RateLimit-Reset"), now); ok {
-			take(d)
-		}
-	}
-	if exhausted(h.Get("RateLimit-Remaining")) {
-		if d, ok := number(h.Get("RateLimit-Reset")); ok {
-			take(seconds(d))
-		}
-	}
-	for _, line := range h.Values("RateLimit") {
-		if d, ok := rateLimitField(line); ok {
-			take(d)
+	for _, p := range rateLimitPolicies(h, now) {
+		if p.remaining <= 0 {
+			found, pause = true, max(pause, p.reset)
 		}
 	}
 	return pause, found
 }
 
-// exhausted reports a remaining count of zero (or less).
-func exhausted(v string) bool {
-	n, ok := number(v)
-	return ok && n <= 0
+// RateLimitRemaining reads the same headers as RateLimitPause and returns
+// the tightest of the policies that still have calls left: the fewest
+// calls per second of their reset, as a whole number of calls left
+// (fractions dropped) and the time until the reset. ok is false when no
+// policy states a remaining count of at least 1 with a reset after now.
+func RateLimitRemaining(h http.Header, now time.Time) (remaining int64, reset time.Duration, ok bool) {
+	for _, p := range rateLimitPolicies(h, now) {
+		n := math.Floor(p.remaining)
+		if n < 1 || p.reset <= 0 {
+			continue
+		}
+		if n > math.MaxInt64/2 {
+			n = math.MaxInt64 / 2
+		}
+		// Tighter: fewer calls per unit of time, n/reset < remaining/reset.
+		if !ok || n*reset.Seconds() < float64(remaining)*p.reset.Seconds() {
+			remaining, reset, ok = int64(n), p.reset, true
+		}
+	}
+	return remaining, reset, ok
+}
+
+// policy is one rate-limit policy a response states: the calls it has
+// left and the time until its reset.
+type policy struct {
+	remaining float64
+	reset     time.Duration
+}
+
+// rateLimitPolicies returns every policy the headers state with both a
+// remaining count and a reset.
+func rateLimitPolicies(h http.Header, now time.Time) []policy {
+	var out []policy
+	if n, ok := number(h.Get("X-RateLimit-Remaining")); ok {
+		if d, ok := resetIn(h.Get("X-RateLimit-Reset"), now); ok {
+			out = append(out, policy{n, d})
+		}
+	}
+	if n, ok := number(h.Get("RateLimit-Remaining")); ok {
+		if d, ok := number(h.Get("RateLimit-Reset")); ok {
+			out = append(out, policy{n, seconds(d)})
+		}
+	}
+	for _, line := range h.Values("RateLimit") {
+		out = append(out, rateLimitField(line)...)
+	}
+	return out
 }
 
 func number(v string) (float64, bool) {
@@ -126,10 +156,9 @@ func resetIn(v string, now time.Time) (time.Duration, bool) {
 }
 
 // rateLimitField reads one RateLimit header line in either form and returns
-// the longest reset among the policies that have nothing remaining.
-func rateLimitField(line string) (time.Duration, bool) {
-	var pause time.Duration
-	found := false
+// its policies that state both a remaining count and a reset (>= 0).
+func rateLimitField(line string) []policy {
+	var out []policy
 	// List form: the keys are spread over the comma-separated elements.
 	var listRemaining, listReset string
 	for _, elem := range strings.Split(line, ",") {
@@ -151,16 +180,16 @@ func rateLimitField(line string) (time.Duration, bool) {
 				listReset = v
 			}
 		}
-		if exhausted(r) { // structured form: one policy per element
+		if n, ok := number(r); ok { // structured form: one policy per element
 			if d, ok := number(t); ok && d >= 0 {
-				found, pause = true, max(pause, seconds(d))
+				out = append(out, policy{n, seconds(d)})
 			}
 		}
 	}
-	if exhausted(listRemaining) {
+	if n, ok := number(listRemaining); ok {
 		if d, ok := number(listReset); ok && d >= 0 {
-			found, pause = true, max(pause, seconds(d))
+			out = append(out, policy{n, seconds(d)})
 		}
 	}
-	return pause, found
+	return out
 }

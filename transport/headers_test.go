@@ -106,3 +106,49 @@ func FuzzRateLimitPause(f *testing.F) {
 		}
 	})
 }
+
+func TestRateLimitRemaining(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		h     http.Header
+		n     int64
+		reset time.Duration
+		ok    bool
+	}{
+		{"none", header(), 0, 0, false},
+		{"nothing left: a pause, not a clamp", header("RateLimit-Remaining", "0", "RateLimit-Reset", "7"), 0, 0, false},
+		{"x- delta seconds", header("X-RateLimit-Remaining", "3", "X-RateLimit-Reset", "30"), 3, 30 * time.Second, true},
+		{"x- unix seconds (GitHub)", header("X-RateLimit-Remaining", "9", "X-RateLimit-Reset", "1772366445"), 9, 45 * time.Second, true},
+		{"x- reset in the past", header("X-RateLimit-Remaining", "9", "X-RateLimit-Reset", "1772366000"), 0, 0, false},
+		{"remaining without reset", header("X-RateLimit-Remaining", "999"), 0, 0, false},
+		{"draft separate headers", header("RateLimit-Remaining", "4", "RateLimit-Reset", "2"), 4, 2 * time.Second, true},
+		{"draft list form", header("RateLimit", "limit=100, remaining=40, reset=12"), 40, 12 * time.Second, true},
+		{"structured form", header("RateLimit", `"default";r=5;t=30`), 5, 30 * time.Second, true},
+		{"fractions dropped", header("RateLimit", `"p";r=2.9;t=1.5`), 2, 1500 * time.Millisecond, true},
+		{"under one call", header("RateLimit", `"p";r=0.5;t=10`), 0, 0, false},
+		{"the tightest policy: fewest calls per second", header("RateLimit", `"burst";r=5;t=1, "daily";r=100;t=3600`), 100, time.Hour, true},
+		{"across forms", header("X-RateLimit-Remaining", "10", "X-RateLimit-Reset", "10", "RateLimit-Remaining", "3", "RateLimit-Reset", "6"), 3, 6 * time.Second, true},
+		{"garbage", header("X-RateLimit-Remaining", "many", "X-RateLimit-Reset", "10", "RateLimit", "r=x;t=1"), 0, 0, false},
+	} {
+		n, reset, ok := RateLimitRemaining(c.h, now)
+		if n != c.n || reset != c.reset || ok != c.ok {
+			t.Errorf("%s: %d, %v, %v; want %d, %v, %v", c.name, n, reset, ok, c.n, c.reset, c.ok)
+		}
+	}
+}
+
+// FuzzRateLimitRemaining: never panics; what it returns is at least one
+// call and a reset after now, and a policy with nothing left is never one.
+func FuzzRateLimitRemaining(f *testing.F) {
+	for _, s := range []string{`"default";r=3;t=30`, "limit=1, remaining=2, reset=5", "r=1e300;t=1e-300", ";;==,,", `"a";r=9;t=1e308`} {
+		f.Add(s, "3", "1772366445")
+	}
+	f.Fuzz(func(t *testing.T, rl, remaining, reset string) {
+		h := header("RateLimit", rl, "X-RateLimit-Remaining", remaining, "X-RateLimit-Reset", reset, "RateLimit-Remaining", remaining, "RateLimit-Reset", reset)
+		n, d, ok := RateLimitRemaining(h, now)
+		if ok && (n < 1 || d <= 0) || !ok && (n != 0 || d != 0) {
+			t.Fatalf("RateLimitRemaining(%q, %q, %q) = %d, %v, %v", rl, remaining, reset, n, d, ok)
+		}
+	})
+}

@@ -59,7 +59,10 @@ func WithMaxWait(d time.Duration) Option { return func(t *Transport) { t.maxWait
 
 // WithFeedback turns the partner's feedback on or off (default on): a 429 or
 // 503 with Retry-After, or rate-limit headers with nothing remaining, pause
-// the request's key (see Shaper.Pause). Feedback only ever slows a key down.
+// the request's key (see Shaper.Pause); headers with fewer calls remaining
+// before their reset than the contract would send clamp it, so that the
+// fleet spreads them evenly until the reset (see Shaper.Clamp). Feedback
+// only ever slows a key down.
 func WithFeedback(on bool) Option { return func(t *Transport) { t.feedback = on } }
 
 // WithMaxPause caps the pause feedback can impose (default DefaultMaxPause;
@@ -216,7 +219,21 @@ func (t *Transport) learn(ctx context.Context, key string, resp *http.Response) 
 	if pause = min(pause, t.maxPause, shaper.MaxPause); pause > 0 {
 		// The caller's ctx may end with this response; the pause must not.
 		_ = t.r.Pause(context.WithoutCancel(ctx), key, pause)
+		return
 	}
+	// Calls left, but fewer than the contract would send before the reset:
+	// the fleet spreads them over it (see shaper.Shaper.Clamp).
+	if n, reset, ok := RateLimitRemaining(resp.Header, now); ok {
+		if c, ok := t.r.(clamper); ok {
+			_ = c.Clamp(context.WithoutCancel(ctx), key, n, min(reset, t.maxPause, shaper.MaxPause))
+		}
+	}
+}
+
+// clamper is a Reserver that paces a key evenly until a partner's reset
+// (shaper.Shaper.Clamp; Route's and otel.Wrap's Reservers forward it).
+type clamper interface {
+	Clamp(ctx context.Context, key string, remaining int64, reset time.Duration) error
 }
 
 // CloseIdleConnections closes the base transport's idle connections, if it

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -275,5 +276,72 @@ func TestFeedbackPausesTheKey(t *testing.T) {
 	}
 	if gap := p.arrivals[1].Sub(p.arrivals[0]); gap > 500*time.Millisecond {
 		t.Fatalf("WithFeedback(false) still paused: %v", gap)
+	}
+}
+
+// clamps records the Clamp calls the transport makes, over a shaper.
+type clamps struct {
+	*shaper.Shaper
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *clamps) Clamp(ctx context.Context, key string, remaining int64, reset time.Duration) error {
+	c.mu.Lock()
+	c.calls = append(c.calls, fmt.Sprintf("%s %d %v", key, remaining, reset))
+	c.mu.Unlock()
+	return c.Shaper.Clamp(ctx, key, remaining, reset)
+}
+
+// Rate-limit headers with calls left clamp the key with what they say
+// (the shaper decides whether that is slower than its contract); nothing
+// left pauses it instead; WithFeedback(false) does neither.
+func TestFeedbackClampsTheKey(t *testing.T) {
+	t.Parallel()
+	p := &partner{respond: func(w http.ResponseWriter, n int) bool {
+		switch n {
+		case 1:
+			w.Header().Set("RateLimit-Remaining", "3")
+			w.Header().Set("RateLimit-Reset", "6")
+		case 2:
+			w.Header().Set("RateLimit", `"default";r=0;t=1`)
+		}
+		w.WriteHeader(http.StatusOK)
+		return true
+	}}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	for _, on := range []bool{true, false} {
+		p.mu.Lock()
+		p.arrivals = nil
+		p.mu.Unlock()
+		r := &clamps{Shaper: newShaper(t, shaper.PerSecond(1000), shaper.WithName(fmt.Sprint(on)))}
+		client := &http.Client{Transport: New(r, WithBase(srv.Client().Transport), WithFeedback(on), WithKey(func(*http.Request) string { return "partner" }))}
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		want := "[partner 3 6s]"
+		if !on {
+			want = "[]"
+		}
+		if got := fmt.Sprint(r.calls); got != want {
+			t.Fatalf("feedback %v: Clamp calls %v, want %s", on, got, want)
+		}
+		if on {
+			// 3 calls in 6 s: the first under the clamp leaves at once, the
+			// next 2 s later.
+			if _, err := r.Reserve(context.Background(), "partner", 1); err != nil {
+				t.Fatal(err)
+			}
+			st, err := r.Status(context.Background(), "partner", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if next := time.Until(st.Next); next < time.Second || next > 2*time.Second {
+				t.Fatalf("after a clamp of 3 in 6 s the next call may leave in %v", next)
+			}
+		}
 	}
 }

@@ -35,6 +35,9 @@ var (
 	Status = redis.NewScript(lua.Lib + lua.Status)
 	// Pause holds keys until now + d.
 	Pause = redis.NewScript(lua.Lib + lua.Pause)
+	// Clamp paces keys evenly until a partner's reset (now, interval and
+	// span in ms).
+	Clamp = redis.NewScript(lua.Lib + lua.Clamp)
 	// Contract reads (no ARGV) or changes (identity, field, value) a
 	// prefix's live contract; it replies with the record as HGETALL does.
 	Contract = redis.NewScript(lua.Contract)
