@@ -180,3 +180,31 @@ func TestRedisAForeignClampKeyFailsThatCallAlone(t *testing.T) {
 		_ = store.Close()
 	}
 }
+
+// A Wait on a Redis store whose slot falls before its context's deadline
+// departs on it, however near the deadline is to the slot. Before the fix
+// the check made pauseLead before the slot (see sleepChecking) compared
+// the whole delay, counted from the grant, with the time left then: a 1 s
+// wait with a deadline 0.3 s after its slot failed with a *DeadlineError
+// and gave its slot back. The fleet's clamp test found it: every process
+// dropped the clamped slots near the end of its run.
+func TestRedisWaitDepartsOnASlotBeforeItsDeadline(t *testing.T) {
+	t.Parallel()
+	_, c := redisClient(t)
+	s, err := New(NewRedisStore(c, WithRedisTimeout(slowMachine)), PerSecond(1), WithName("wait-deadline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := mustReserve(t, s, "k", 1)
+	// The second slot is 1 s after the first; the deadline 1.3 s after it
+	// leaves 300 ms of slack for a loaded machine.
+	ctx, cancel := context.WithDeadline(bg, time.Now().Add(first.Delay+1300*time.Millisecond))
+	defer cancel()
+	start := time.Now()
+	if err := s.Wait(ctx, "k", 1); err != nil {
+		t.Fatalf("Wait for a slot about 1 s away, deadline 1.3 s away: %v", err)
+	}
+	if waited := time.Since(start); waited < 900*time.Millisecond {
+		t.Fatalf("departed after %v, before its slot", waited)
+	}
+}

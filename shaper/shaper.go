@@ -816,14 +816,20 @@ func (s *Shaper) pausedAt(ctx context.Context, key string, now time.Time) bool {
 }
 
 // sleepReserved sleeps until r's slot; if the slot falls past ctx's deadline,
-// or ctx ends first, it gives the slot back and fails.
+// or ctx ends first, it gives the slot back and fails. It may be called
+// part of the way to the slot (sleepChecking): what is left to wait is
+// measured now, not r.Delay, which counts from the grant.
 func (s *Shaper) sleepReserved(ctx context.Context, key string, r Reservation) error {
 	if r.Delay <= 0 {
 		return nil
 	}
-	if dl, ok := ctx.Deadline(); ok && r.Delay > time.Until(dl) {
+	left := r.Time().Sub(s.cfg.clock.Now())
+	if left <= 0 {
+		return nil
+	}
+	if dl, ok := ctx.Deadline(); ok && left > time.Until(dl) {
 		_ = r.Cancel(context.WithoutCancel(ctx))
-		return &DeadlineError{Key: key, Delay: r.Delay, Deadline: dl}
+		return &DeadlineError{Key: key, Delay: left, Deadline: dl}
 	}
 	if err := s.sleepUntil(ctx, r.Time()); err != nil {
 		_ = r.Cancel(context.WithoutCancel(ctx))
