@@ -12,8 +12,14 @@
 // measures the busiest second before the change and after the fleet has
 // followed.
 //
+// With -clamp N, the partner answers one request, after -clamp-at, with
+// RateLimit-Remaining: N and RateLimit-Reset: -clamp-reset: the process
+// that reads it clamps the shared key (Shaper.Clamp, through the
+// transport), and every process spreads the N calls left over the reset.
+//
 //	go run ./examples/redis-fleet [-procs 4] [-rate 500] [-duration 5s] [-redis host:port] [-short]
 //	go run ./examples/redis-fleet -rate 500 -change 200 -change-at 2s -duration 5s
+//	go run ./examples/redis-fleet -rate 500 -clamp 20 -clamp-reset 2s -clamp-at 1s -duration 4s
 //
 // Without -redis it needs redis-server on PATH (Debian: apt-get install
 // redis-server).
@@ -54,6 +60,10 @@ type config struct {
 	redis    string
 	change   int           // a new rate, set live (0: none)
 	changeAt time.Duration // when, after the processes start
+
+	clamp      int           // calls left that the partner reports once (0: never)
+	clampReset time.Duration // until its reset
+	clampAt    time.Duration // when, after the processes start
 }
 
 // settle is how long after a live change every process runs the new
@@ -72,6 +82,9 @@ func main() {
 	asJSON := flag.Bool("json", false, "end with the measurements as one JSON line (for make bench)")
 	flag.IntVar(&c.change, "change", 0, "change the contract live to this many requests per second")
 	flag.DurationVar(&c.changeAt, "change-at", 2*time.Second, "when to change it, after the processes start")
+	flag.IntVar(&c.clamp, "clamp", 0, "the partner reports this many calls left once")
+	flag.DurationVar(&c.clampReset, "clamp-reset", 2*time.Second, "until its reset")
+	flag.DurationVar(&c.clampAt, "clamp-at", time.Second, "when, after the processes start")
 	flag.Parse()
 	if *short {
 		c.procs, c.duration = 2, 2*time.Second
@@ -160,12 +173,19 @@ func (s stamp) RoundTrip(req *http.Request) (*http.Response, error) {
 	return s.base.RoundTrip(req)
 }
 
-// partner records each arrival's time, departure time and worker.
+// partner records each arrival's time, departure time and worker; with
+// clampAfter set, it reports clamp calls left until clampReset on the first
+// response after that instant.
 type partner struct {
 	mu         sync.Mutex
 	arrivals   []time.Time
 	departures []time.Time
 	workers    []int
+
+	clamp      int
+	clampReset time.Duration
+	clampAfter time.Time
+	clampedAt  time.Time // when it reported them (zero: not yet)
 }
 
 func (p *partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -176,6 +196,11 @@ func (p *partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.arrivals = append(p.arrivals, now)
 	p.departures = append(p.departures, time.Unix(0, dep))
 	p.workers = append(p.workers, id)
+	if p.clamp > 0 && p.clampedAt.IsZero() && !p.clampAfter.IsZero() && now.After(p.clampAfter) {
+		p.clampedAt = now
+		w.Header().Set("RateLimit-Remaining", strconv.Itoa(p.clamp))
+		w.Header().Set("RateLimit-Reset", strconv.FormatFloat(p.clampReset.Seconds(), 'f', -1, 64))
+	}
 	p.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -192,7 +217,16 @@ type Result struct {
 	// from settle after it to the end, and the aggregate rate then.
 	MostBefore, MostAfter int
 	RateAfter             float64
+	// With a clamp: the departures from clampLead after the partner
+	// reported its calls left to its reset, in all and per process.
+	Clamped           int
+	ClampedPerProcess []int
 }
+
+// clampLead is how long after the partner reports its calls left the
+// clamp is measured from: the slots the processes' 8 goroutines each
+// already held keep their times.
+const clampLead = 150 * time.Millisecond
 
 // measure runs the fleet and returns what the partner saw. It fails if any
 // process fails or the contract is exceeded in some second.
@@ -216,7 +250,10 @@ func measure(w io.Writer, c config) (Result, error) {
 		return Result{}, fmt.Errorf("redis at %s: %w", c.redis, err)
 	}
 
-	p := &partner{}
+	p := &partner{clamp: c.clamp, clampReset: c.clampReset}
+	if c.clamp > 0 {
+		p.clampAfter = time.Now().Add(c.clampAt)
+	}
 	srv := httptest.NewServer(p)
 	defer srv.Close()
 	self, err := os.Executable()
@@ -284,6 +321,9 @@ func measure(w io.Writer, c config) (Result, error) {
 	if c.change > 0 {
 		return res, c.checkChange(w, &res, ts, changed)
 	}
+	if c.clamp > 0 {
+		return res, c.checkClamp(w, &res, p)
+	}
 	// The slots never exceed the contract; a departure is its slot plus the
 	// wake-up lateness of the process that holds it, and on a loaded host that
 	// varies by a few ms, so a window that opens at a late departure can hold
@@ -322,6 +362,31 @@ func (c config) checkChange(w io.Writer, res *Result, ts []time.Time, changed ti
 	}
 	if c.change < c.rate && res.MostAfter < c.change*9/10 {
 		return fmt.Errorf("after the change the fleet sent %d in its busiest second, well under the new %d/s", res.MostAfter, c.change)
+	}
+	return nil
+}
+
+// checkClamp measures a partner's clamp: from clampLead after the partner
+// reported its calls left to its reset, the fleet sends at most that many.
+// The caller holds p.mu.
+func (c config) checkClamp(w io.Writer, res *Result, p *partner) error {
+	if p.clampedAt.IsZero() {
+		return fmt.Errorf("the partner never reported its calls left: lengthen -duration past -clamp-at")
+	}
+	from, to := p.clampedAt.Add(clampLead), p.clampedAt.Add(c.clampReset)
+	res.ClampedPerProcess = make([]int, c.procs)
+	for i, d := range p.departures {
+		if !d.Before(from) && d.Before(to) {
+			res.Clamped++
+			if id := p.workers[i]; id >= 1 && id <= c.procs {
+				res.ClampedPerProcess[id-1]++
+			}
+		}
+	}
+	fmt.Fprintf(w, "the partner reported %d calls left until its reset %v later; from %v after that to the reset the fleet sent %d %v\n",
+		c.clamp, c.clampReset, clampLead, res.Clamped, res.ClampedPerProcess)
+	if res.Clamped > c.clamp {
+		return fmt.Errorf("the fleet sent %d calls where the partner had %d left", res.Clamped, c.clamp)
 	}
 	return nil
 }

@@ -60,3 +60,21 @@ func TestFleetFollowsALiveChange(t *testing.T) {
 		t.Errorf("after the change the fleet ran at %.1f/s, want the new 100/s", res.RateAfter)
 	}
 }
+
+// A partner's low count of calls left, read by one process, reaches every
+// process through Redis: until the partner's reset the whole fleet (which
+// would send 300/s) sends no more than it has left, spread over the reset,
+// and still uses them.
+func TestFleetSpreadsWhatAPartnerHasLeft(t *testing.T) {
+	srv := redistest.Start(t)
+	var out bytes.Buffer
+	res, err := measure(&out, config{procs: 2, rate: 300, duration: 4 * time.Second, redis: srv.Addr(), clamp: 10, clampReset: 2 * time.Second, clampAt: time.Second})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	// 10 slots 200 ms apart from the clamp: the first within clampLead.
+	if res.Clamped < 8 {
+		t.Errorf("the fleet sent %d of the 10 calls the partner had left", res.Clamped)
+	}
+}
