@@ -13,7 +13,8 @@
 //
 // Most callers want Wait. Reserve returns the slot without sleeping; Allow
 // admits only what may leave now; Status reads what is left without
-// consuming; Pause holds a key (a partner's 429); Reset forgets it. A wait
+// consuming; Pause holds a key (a partner's 429); Clamp spreads what a
+// partner says is left until its reset; Reset forgets it. A wait
 // longer than MaxQueue is refused at once with a *QueueFullError and
 // consumes nothing. All combines several contracts (requests and tokens per
 // minute); Any admits what any one of them admits. SetRate and SetMaxQueue

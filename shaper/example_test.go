@@ -253,3 +253,31 @@ func ExampleShaper_SetRate() {
 	//  2/s: leave in 800ms
 	//  2/s: leave in 1.3s
 }
+
+// Clamp spreads what a partner says it has left: 3 calls until its reset in
+// 6 seconds, where the contract alone would send 10 a second. The calls
+// leave 2 s apart, and once the 3 are taken the next waits for the reset.
+// On a RedisStore every process sharing the key slows at once.
+func ExampleShaper_Clamp() {
+	store := shaper.NewMemoryStore()
+	defer store.Close()
+	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, err := shaper.New(store, shaper.PerSecond(10), shaper.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	if err := s.Clamp(ctx, "partner", 3, 6*time.Second); err != nil {
+		panic(err)
+	}
+	for range 5 {
+		r, _ := s.Reserve(ctx, "partner", 1)
+		fmt.Println("leave in", r.Delay)
+	}
+	// Output:
+	// leave in 0s
+	// leave in 2s
+	// leave in 4s
+	// leave in 6s
+	// leave in 6.1s
+}
