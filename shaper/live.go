@@ -66,7 +66,7 @@ type liveState struct {
 	base     *contract // as configured
 	identity string    // the configured contract, whole
 	mu       sync.Mutex
-	memVer   *atomic.Uint64 // a MemoryStore's record version for the prefix, checked on every call (&remote on a RedisStore)
+	memVer   *atomic.Uint64 // a MemoryStore's record version for the prefix, checked on every call (remote on a RedisStore)
 	refresh  int64          // ns between reads of a remote record (0: never)
 	nextRead atomic.Int64   // a remote record is read at or after this instant (clock ns)
 	reading  atomic.Bool    // a read of the remote record is in flight
@@ -82,7 +82,7 @@ func (s *Shaper) startLive(base *contract) {
 		fmt.Fprintf(&id, "%s=%s;", d.name, d.identity)
 	}
 	s.identity = id.String()
-	s.memVer = &remote
+	s.memVer = remote
 	switch st := s.store.(type) {
 	case *MemoryStore:
 		s.memVer = st.recordVersion(s.cfg.prefix)
@@ -98,7 +98,11 @@ func (s *Shaper) startLive(base *contract) {
 }
 
 // remote is the watch of a contract on a RedisStore: no version equals it.
-var remote = func() (v atomic.Uint64) { v.Store(math.MaxUint64); return }()
+var remote = func() *atomic.Uint64 {
+	v := new(atomic.Uint64)
+	v.Store(math.MaxUint64)
+	return v
+}()
 
 // live returns the contract in force, having first followed a change
 // recorded in the store: at once on a MemoryStore (one atomic load per
@@ -125,7 +129,7 @@ func (c *contract) stale() bool { return c.watch.Load() != c.version }
 
 // liveSlow is live past its inlined check.
 func (s *Shaper) liveSlow() *contract {
-	if s.memVer != &remote {
+	if s.memVer != remote {
 		return s.follow()
 	}
 	if s.refresh > 0 {
