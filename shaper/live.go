@@ -515,25 +515,14 @@ func (r *RedisStore) writeContract(ctx context.Context, prefix, identity, field,
 // rebind formats d's parameters for the scripts, and gives FailLocal's twin
 // the new rate at the policy's share.
 func (r *RedisStore) rebind(d *dim) (any, error) {
-	old := redisOf(d)
-	rd := &redisDim{}
-	if d.kern != nil {
-		_, p := d.alg.Params()
-		_, pa := d.allow.Params()
-		rd.params = [2][3]any{script.GCRAParams(p), script.GCRAParams(pa)}
-	}
+	old, rd := redisOf(d), newRedisDim(d)
 	if old.twin == nil {
 		return rd, nil
 	}
-	rate := d.rate
-	rate.Period = time.Duration(float64(rate.Period) / r.policy.share)
-	alg, allow, err := d.spec.build(rate, d.maxQueue)
+	twin, err := r.atShare(d, *old.twin)
 	if err != nil {
 		return nil, err
 	}
-	twin := *old.twin
-	twin.alg, twin.allow, twin.rate, twin.maxQueue = alg, allow, rate, d.maxQueue
-	twin.setKernels()
 	if twin.bound, err = r.local.rebind(&twin); err != nil {
 		return nil, err
 	}

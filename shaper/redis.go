@@ -151,31 +151,46 @@ func (r *RedisStore) bind(d *dim) (any, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	rd := &redisDim{}
-	if d.kern != nil {
-		_, p := d.alg.Params()
-		_, pa := d.allow.Params()
-		rd.params = [2][3]any{script.GCRAParams(p), script.GCRAParams(pa)}
-	}
+	rd := newRedisDim(d)
 	if r.local == nil {
 		return rd, nil
 	}
-	// The local twin: the same algorithm at share of the rate (a longer period).
-	rate := d.rate
-	rate.Period = time.Duration(float64(rate.Period) / r.policy.share)
-	alg, allow, err := d.spec.build(rate, d.maxQueue)
+	twin, err := r.atShare(d, *d)
 	if err != nil {
 		return nil, err
 	}
-	twin := *d
-	twin.alg, twin.allow, twin.rate = alg, allow, rate
-	twin.setKernels()
 	twin.identity += " local"
 	if twin.bound, err = r.local.bind(&twin); err != nil {
 		return nil, err
 	}
 	rd.twin = &twin
 	return rd, nil
+}
+
+// newRedisDim returns the Redis store's data for d, its twin aside: the
+// GCRA family's parameters, formatted once.
+func newRedisDim(d *dim) *redisDim {
+	rd := &redisDim{}
+	if d.kern != nil {
+		_, p := d.alg.Params()
+		_, pa := d.allow.Params()
+		rd.params = [2][3]any{script.GCRAParams(p), script.GCRAParams(pa)}
+	}
+	return rd
+}
+
+// atShare returns twin, FailLocal's local twin of d (d itself at first),
+// with d's algorithm at the policy's share of d's rate (a longer period).
+func (r *RedisStore) atShare(d *dim, twin dim) (dim, error) {
+	rate := d.rate
+	rate.Period = time.Duration(float64(rate.Period) / r.policy.share)
+	alg, allow, err := d.spec.build(rate, d.maxQueue)
+	if err != nil {
+		return dim{}, err
+	}
+	twin.alg, twin.allow, twin.rate, twin.maxQueue = alg, allow, rate, d.maxQueue
+	twin.setKernels()
+	return twin, nil
 }
 
 // twin returns d's FailLocal twin.
