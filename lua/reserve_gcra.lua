@@ -60,35 +60,32 @@ if got[2] then
     return redis.error_reply('TKSTATE 0 pause key holds a corrupt value')
   end
 end
-local clamp = nil
+local advance = nil -- with a partner's clamp in force: moves it past a departure (lib.lua's advance_clamp)
 if got[4] then
   local a, b, c = string.match(got[4], '^(%S+) (%S+) (%S+)$')
-  clamp = {tonumber(a), tonumber(b), tonumber(c)}
-  if not (clamp[1] and clamp[2] and clamp[3]) or clamp[1] ~= clamp[1] or clamp[2] ~= clamp[2] or clamp[3] ~= clamp[3] then
+  local cn, ci, ce = tonumber(a), tonumber(b), tonumber(c)
+  if not (cn and ci and ce) or cn ~= cn or ci ~= ci or ce ~= ce then
     return redis.error_reply('TKSTATE 0 clamp key holds a corrupt value')
   end
-  if now < clamp[3] then -- in force: its next slot, or its reset once what it allows is taken
-    local f = clamp[1]
-    if clamp[3] < f then f = clamp[3] end
-    if not floor_v or f > floor_v then floor_v = f end
-  else
-    clamp = nil
+  if now < ce then -- in force: its next slot, or its reset once what it allows is taken
+    local f = cn
+    if ce < f then f = ce end
+    if not floor_v or f > floor_v then
+      floor_v = f
+      paused = string.format('%.17g', f)
+    end
+    advance = function(departure)
+      if departure >= ce then return end
+      local nextv = cn
+      if departure > nextv then nextv = departure end
+      nextv = nextv + ci
+      local cttl = math.ceil(ce - now)
+      if cttl < 1 then cttl = 1 end
+      redis.call('SET', ck, string.format('%.17g', nextv) .. ' ' .. string.format('%.17g', ci) .. ' ' .. string.format('%.17g', ce), 'PX', cttl)
+    end
   end
 end
-if floor_v then
-  paused = string.format('%.17g', floor_v)
-  if floor_v - now > wait then wait, bind = floor_v - now, '-1' end
-end
--- advance moves the clamp past a departure (lib.lua's advance_clamp).
-local function advance(departure)
-  if not clamp or departure >= clamp[3] then return end
-  local nextv = clamp[1]
-  if departure > nextv then nextv = departure end
-  nextv = nextv + clamp[2]
-  local cttl = math.ceil(clamp[3] - now)
-  if cttl < 1 then cttl = 1 end
-  redis.call('SET', ck, string.format('%.17g', nextv) .. ' ' .. string.format('%.17g', clamp[2]) .. ' ' .. string.format('%.17g', clamp[3]), 'PX', cttl)
-end
+if floor_v and floor_v - now > wait then wait, bind = floor_v - now, '-1' end
 local led = nil
 if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recorded
   lk = {lk, KEYS[1] .. ':h', KEYS[1] .. ':b', KEYS[1] .. ':c'}
@@ -104,7 +101,7 @@ if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recor
   if fits then at, seq = led.take(l, lk[3], lk[2], interval, max_wait, now, floor, before, cost) end
   if at then
     led.save(l, lk, tat or now, now)
-    advance(at)
+    if advance then advance(at) end
     return {'1', bind, sec, usec, stored, paused, 'h', string.format('%.17g', at), string.format('%.17g', seq)}
   end
   if wait <= max_wait and led.idle(lk, tat or now, now) then -- cold, no hole ahead: a fresh Ledger
@@ -135,7 +132,7 @@ if type(set) == 'table' and set.err then
   end
   return redis.error_reply(set.err)
 end
-advance(now + wait)
+if advance then advance(now + wait) end
 if led then
   local l = got[3]
   local seq = led.grant(l, lk[3], interval, now + wait, cost)
