@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,9 +40,10 @@ type contract struct {
 	dims     []*dim
 	maxQueue time.Duration
 	version  uint64 // the version of the store's record it follows (0: the configured contract)
-	// watch is a MemoryStore's record version: the contract is in force
-	// while it equals version. On a RedisStore, which reads its record
-	// every refresh interval, it is never equal (remote).
+	// watch is the version in force: a MemoryStore's record version, which
+	// any shaper under the prefix may change; on a RedisStore the version
+	// this shaper adopted last (liveState.adopted). The contract is in
+	// force while it equals version.
 	watch *atomic.Uint64
 }
 
@@ -66,7 +66,8 @@ type liveState struct {
 	base     *contract // as configured
 	identity string    // the configured contract, whole
 	mu       sync.Mutex
-	memVer   *atomic.Uint64 // a MemoryStore's record version for the prefix, checked on every call (remote on a RedisStore)
+	watch    *atomic.Uint64 // every contract's watch: a MemoryStore's record version for the prefix, or &adopted
+	adopted  atomic.Uint64  // a RedisStore: the version of the contract in force
 	refresh  int64          // ns between reads of a remote record (0: never)
 	nextRead atomic.Int64   // a remote record is read at or after this instant (clock ns)
 	reading  atomic.Bool    // a read of the remote record is in flight
@@ -82,10 +83,10 @@ func (s *Shaper) startLive(base *contract) {
 		fmt.Fprintf(&id, "%s=%s;", d.name, d.identity)
 	}
 	s.identity = id.String()
-	s.memVer = remote
+	s.watch = &s.adopted
 	switch st := s.store.(type) {
 	case *MemoryStore:
-		s.memVer = st.recordVersion(s.cfg.prefix)
+		s.watch = st.recordVersion(s.cfg.prefix)
 	case *RedisStore:
 		refresh := DefaultContractRefresh
 		if s.cfg.refreshSet {
@@ -93,23 +94,14 @@ func (s *Shaper) startLive(base *contract) {
 		}
 		s.refresh = int64(refresh)
 	}
-	base.watch = s.memVer
+	base.watch = s.watch
 	s.cur.Store(base)
 }
 
-// remote is the watch of a contract on a RedisStore: no version equals it.
-var remote = func() *atomic.Uint64 {
-	v := new(atomic.Uint64)
-	v.Store(math.MaxUint64)
-	return v
-}()
-
 // live returns the contract in force, having first followed a change
-// recorded in the store: at once on a MemoryStore (one atomic load per
-// call). On a RedisStore the first call of each refresh interval starts a
-// read of the record in the background (readRemote), which no caller waits
-// for: a Redis that does not answer delays nobody. The hot paths inline it
-// as
+// recorded in a MemoryStore (one atomic load per call). On a RedisStore
+// the record is read in the background (refreshAt); a contract adopted
+// meanwhile is in force from the next call. The hot paths inline it as
 //
 //	c := s.cur.Load()
 //	if c.stale() {
@@ -123,32 +115,36 @@ func (s *Shaper) live() *contract {
 	return c
 }
 
-// stale reports whether a store's record may hold another contract than c:
-// a MemoryStore's record changed, or any call on a RedisStore.
+// stale reports whether another contract than c may be in force.
 func (c *contract) stale() bool { return c.watch.Load() != c.version }
 
 // liveSlow is live past its inlined check.
 func (s *Shaper) liveSlow() *contract {
-	if s.memVer != remote {
+	if s.mem != nil {
 		return s.follow()
 	}
-	if s.refresh > 0 {
-		now, next := s.cfg.clock.Now().UnixNano(), s.nextRead.Load()
-		if now >= next && s.nextRead.CompareAndSwap(next, now+s.refresh) && s.reading.CompareAndSwap(false, true) {
-			s.mu.Lock()
-			epoch := s.epoch
-			s.mu.Unlock()
-			go s.readRemote(epoch)
-		}
-	}
 	return s.cur.Load()
+}
+
+// refreshAt starts a read of a RedisStore's record in the background
+// (readRemote) when the refresh interval has passed at now, the clock
+// reading the call was decided at; no caller waits for it, so a Redis
+// that does not answer delays nobody. One read is in flight at most.
+func (s *Shaper) refreshAt(now time.Time) {
+	ns, next := now.UnixNano(), s.nextRead.Load()
+	if ns >= next && s.nextRead.CompareAndSwap(next, ns+s.refresh) && s.reading.CompareAndSwap(false, true) {
+		s.mu.Lock()
+		epoch := s.epoch
+		s.mu.Unlock()
+		go s.readRemote(epoch)
+	}
 }
 
 // follow adopts a MemoryStore's record.
 func (s *Shaper) follow() *contract {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.memVer.Load() == s.cur.Load().version { // another caller followed it
+	if s.watch.Load() == s.cur.Load().version { // another caller followed it
 		return s.cur.Load()
 	}
 	if rec, err := s.store.readContract(context.Background(), s.cfg.prefix); err == nil {
@@ -194,6 +190,9 @@ func (s *Shaper) adopt(rec record) error {
 		}
 	}
 	s.cur.Store(c)
+	if s.watch == &s.adopted {
+		s.adopted.Store(c.version)
+	}
 	s.epoch++
 	return nil
 }
@@ -201,7 +200,7 @@ func (s *Shaper) adopt(rec record) error {
 // build returns the contract rec describes: the configured one with rec's
 // fields. Nothing is bound yet.
 func (s *Shaper) build(rec record) (*contract, error) {
-	c := &contract{maxQueue: s.base.maxQueue, version: rec.version, watch: s.memVer}
+	c := &contract{maxQueue: s.base.maxQueue, version: rec.version, watch: s.watch}
 	if v, ok := rec.fields[maxQueueField]; ok {
 		ns, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ns < 0 {
@@ -481,28 +480,11 @@ func (r *RedisStore) readContract(ctx context.Context, prefix string) (record, e
 	if !r.health.isUp() {
 		return record{}, errJudgedDown
 	}
-	var rec record
-	err := r.call(ctx, false, func(ctx context.Context) error {
-		kv, err := script.Contract.Run(ctx, r.client, []string{contractKey(prefix)}).StringSlice()
-		if err != nil {
-			return err
-		}
-		rec, err = parseRecord(kv)
-		return err
-	})
-	return rec, err
+	return r.contract(ctx, prefix)
 }
 
 func (r *RedisStore) writeContract(ctx context.Context, prefix, identity, field, value string) (record, error) {
-	var rec record
-	err := r.call(ctx, false, func(ctx context.Context) error {
-		kv, err := script.Contract.Run(ctx, r.client, []string{contractKey(prefix)}, identity, field, value).StringSlice()
-		if err != nil {
-			return err
-		}
-		rec, err = parseRecord(kv)
-		return err
-	})
+	rec, err := r.contract(ctx, prefix, identity, field, value)
 	if err != nil {
 		if e := callerDone(ctx); e != nil {
 			return record{}, e
@@ -510,6 +492,21 @@ func (r *RedisStore) writeContract(ctx context.Context, prefix, identity, field,
 		return record{}, &StoreError{Op: "set_contract", Err: err}
 	}
 	return rec, nil
+}
+
+// contract runs lua.Contract on prefix's record: a read without args, a
+// change with them.
+func (r *RedisStore) contract(ctx context.Context, prefix string, args ...any) (record, error) {
+	var rec record
+	err := r.call(ctx, false, func(ctx context.Context) error {
+		kv, err := script.Contract.Run(ctx, r.client, []string{contractKey(prefix)}, args...).StringSlice()
+		if err != nil {
+			return err
+		}
+		rec, err = parseRecord(kv)
+		return err
+	})
+	return rec, err
 }
 
 // rebind formats d's parameters for the scripts, and gives FailLocal's twin

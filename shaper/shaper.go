@@ -536,6 +536,9 @@ func (s *Shaper) decide(ctx context.Context, c *contract, key string, cost int64
 	if now, err = s.check(ctx, c, key, cost); err != nil {
 		return now, 0, 0, 0, 0, false, nil, err
 	}
+	if s.refresh > 0 { // a RedisStore: its fleet's contract, read in the background
+		s.refreshAt(now)
+	}
 	ms := algorithms.Millis(now)
 	if !s.single {
 		m, err = s.decideMulti(ctx, c, key, cost, allow, ms, limit, dec)

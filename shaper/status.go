@@ -64,6 +64,9 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 	if err != nil {
 		return Status{}, err
 	}
+	if s.refresh > 0 {
+		s.refreshAt(now)
+	}
 	ks, err := s.keysOf(c, key)
 	if err != nil {
 		return Status{}, err
