@@ -220,7 +220,12 @@ func TestCancelledJobFreesItsSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	until(t, "the cancelled job to be withdrawn", func() bool { return q.Pending() == 0 })
+	// The job is reported after its slot is given back; Pending drops to 0
+	// before that, so it cannot be what the test waits for.
+	until(t, "the cancelled job to be reported", func() bool { mu.Lock(); defer mu.Unlock(); return len(reported) == 1 })
+	if q.Pending() != 0 {
+		t.Fatalf("Pending = %d after the job was withdrawn, want 0", q.Pending())
+	}
 	r, err := s.Reserve(bg, "k", 1)
 	if err != nil || r.Delay != time.Second {
 		t.Fatalf("the next slot is %v away (%v); want the cancelled job's, 1s", r.Delay, err)
