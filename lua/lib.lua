@@ -357,7 +357,8 @@ local function pick(dims, now)
   return wait, binding
 end
 
--- read_dims reads the dimensions of Reserve and Status: from ARGV[2] on,
+-- read_dims reads the dimensions of Reserve and Status from their KEYS and
+-- ARGV (passed: a batch runs Reserve on a part of its own): from ARGV[2] on,
 -- each one's kind, six parameters and cost, all checked before any key is
 -- read (with zero_ok a cost of 0 leaves the dimension out); then each one's
 -- state (KEYS[2i-1]) and pause (KEYS[2i]). extra(i, d), if given, reads
@@ -387,7 +388,7 @@ local function advance_clamp(ck, c, now, departure)
   redis.call('SET', ck, fmt(nextv) .. ' ' .. fmt(c[2]) .. ' ' .. fmt(c[3]), 'PX', ttl)
 end
 
-local function read_dims(now, zero_ok, extra)
+local function read_dims(KEYS, ARGV, now, zero_ok, extra)
   local n = #KEYS / 2
   local dims = {}
   for i = 1, n do

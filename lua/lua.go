@@ -26,6 +26,18 @@ var (
 	//go:embed reserve_gcra.lua
 	ReserveGCRA string
 
+	// ReserveBatch decides many reservations in one call, one after another,
+	// each exactly as its own call of ReserveGCRA or Reserve would in that
+	// order, each with its own reply or error. It follows Lib, Ledger, and
+	// the bodies of Reserve and ReserveGCRA made functions:
+	// "local function reserve_dims(KEYS, ARGV)\n" + Reserve + "\nend\n", and
+	// the same of ReserveGCRA as reserve_gcra. KEYS: the reservations' keys in
+	// turn; ARGV: their count, then per reservation 'g' (ReserveGCRA) or 'r'
+	// (Reserve), its number of keys and of arguments, and its arguments.
+	//
+	//go:embed reserve_batch.lua
+	ReserveBatch string
+
 	// Ledger is the rule by which a key of the GCRA family gives back what
 	// reservations did not use (internal/gcra's Ledger), as a function that
 	// the other scripts call when a key has one.

@@ -13,7 +13,7 @@
 local now = clock(ARGV[1])
 local n = #KEYS / 2
 -- A key of the GCRA family may have a Ledger: read before anything is written.
-local dims, not_before = read_dims(now, false, function(i, d)
+local dims, not_before = read_dims(KEYS, ARGV, now, false, function(i, d)
   if d.alg ~= gcra then return nil end
   d.lk = {KEYS[2 * i - 1] .. ':l', KEYS[2 * i - 1] .. ':h', KEYS[2 * i - 1] .. ':b', KEYS[2 * i - 1] .. ':c'}
   local lraw, lwhy = get(d.lk[1])

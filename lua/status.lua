@@ -9,7 +9,7 @@
 --   pause), then per dimension its delay, remaining and reset (ms)}.
 local now = clock(ARGV[1])
 local n = #KEYS / 2
-local dims, not_before = read_dims(now, true, nil)
+local dims, not_before = read_dims(KEYS, ARGV, now, true, nil)
 if not dims then return not_before end
 local delays, rems, resets = {}, {}, {}
 for i = 1, n do

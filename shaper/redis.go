@@ -37,6 +37,7 @@ type RedisStore struct {
 	ctxTimeouts bool // the client honours ctx deadlines on its sockets
 	timeout     time.Duration
 	clientClock bool
+	coalescing  bool
 	policy      FailurePolicy
 	err         error
 	slots       chan struct{} // one per call in flight: at most the client's pool size
@@ -46,6 +47,7 @@ type RedisStore struct {
 
 	health   *health
 	degraded atomic.Uint64
+	lanes    *lanes // nil: every reservation makes its own call (see coalesce.go)
 }
 
 // FailurePolicy says what a RedisStore does while Redis is down or silent.
@@ -91,6 +93,19 @@ func WithRedisTimeout(d time.Duration) RedisOption {
 // Redis TIME (for tests; every host must then agree on the time).
 func WithClientClock() RedisOption { return func(r *RedisStore) { r.clientClock = true } }
 
+// WithCoalescing turns coalescing on (the default) or off. With it, the
+// reservations a process makes on one hash slot while a call for that slot
+// is in flight go together in the next call, one script execution that
+// decides each in turn, with its own cost, slot, MaxQueue and deadline
+// decision and its own error, exactly as its own call would have at that
+// place in the sequence. A reservation that finds no call in flight goes at
+// once, alone. Off, every reservation makes its own call. Coalescing
+// applies to a *redis.Client (a single node, or Sentinel) and a
+// *redis.ClusterClient (one batch per hash slot, never spanning two); a
+// Ring or another client makes one call per reservation. docs/REDIS.md
+// says more.
+func WithCoalescing(on bool) RedisOption { return func(r *RedisStore) { r.coalescing = on } }
+
 // WithFailurePolicy sets what the store does while Redis is down (default FailClosed).
 func WithFailurePolicy(p FailurePolicy) RedisOption {
 	return func(r *RedisStore) {
@@ -104,7 +119,7 @@ func WithFailurePolicy(p FailurePolicy) RedisOption {
 // NewRedisStore returns a store on client. A nil client or an invalid option
 // is reported when a shaper is bound to the store (New or All).
 func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStore {
-	r := &RedisStore{client: client, timeout: DefaultRedisTimeout, health: newHealth()}
+	r := &RedisStore{client: client, timeout: DefaultRedisTimeout, health: newHealth(), coalescing: true}
 	for _, o := range opts {
 		o(r)
 	}
@@ -121,6 +136,9 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) *RedisStor
 		pool = c.Options().PoolSize
 	}
 	r.slots = make(chan struct{}, max(pool, 1))
+	if r.coalescing {
+		r.lanes = newLanes(client)
+	}
 	if r.policy.kind == 2 {
 		r.local = NewMemoryStore()
 	}
@@ -472,98 +490,109 @@ func (r *RedisStore) serve(ctx context.Context, req *multi, cause error) error {
 	return nil
 }
 
+// reserveRedis decides req on Redis: through the lane of its hash slot
+// when the store coalesces (see coalesce.go), else with a call of its own.
 func (r *RedisStore) reserveRedis(ctx context.Context, probe bool, req *multi) error {
-	if d := req.dims[0]; len(req.dims) == 1 && d.kern != nil {
-		return r.reserveGCRA(ctx, probe, req, req.algs[0] == d.allow)
+	if r.lanes != nil && !probe && (r.local == nil || !r.handoff.pending()) {
+		return r.coalesce(ctx, req)
 	}
-	v, err := r.runDims(ctx, probe, script.Reserve, req.keyset, req.algs, req.costs, req.now, req.limit, req.any)
-	if err != nil {
-		return err
-	}
-	rep, err := script.ParseReserve(v, len(req.dims))
-	if err != nil {
-		return err
-	}
-	req.dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, rep.Wait), Binding: rep.Binding, Wait: rep.Wait, Took: rep.Took}
-	req.dec.Remaining = gcra.Units(rep.Remaining)
-	req.tags, req.seqs = rep.Tags, rep.Seqs
-	req.at = rep.Now + rep.Wait // as the script computed it
-	return nil
+	return r.reserveAlone(ctx, probe, req)
 }
 
-// runDims runs sc (Reserve or Status) over the keys of ks, with each
-// dimension's algorithm and cost (a deadline of limit ms caps the GCRA
-// family's max_wait; with anyOf, algorithms.AnyWithin combines them), and
-// returns its reply.
-func (r *RedisStore) runDims(ctx context.Context, probe bool, sc *redis.Script, ks keyset, algs []algorithms.Algorithm, costs []int64, now, limit float64, anyOf bool) (any, error) {
-	ldims := make([]script.Dim, len(algs))
-	for i, a := range algs {
-		kind, p := a.Params()
-		if kind == "g" && limit < p[2] { // the caller's deadline: GCRA's max_wait
-			p[2] = max(limit, 0)
-		}
-		ldims[i] = script.Dim{Kind: kind, Params: p, Cost: costs[i]}
-	}
-	keys := redisKeys(ks)
-	args := script.ReserveArgs(r.now(now), ldims)
-	if anyOf {
-		args = append(args, script.Any)
-	}
+// reserveAlone decides req with one call of its own.
+func (r *RedisStore) reserveAlone(ctx context.Context, probe bool, req *multi) error {
+	var c reserveCall
+	r.prepare(&c, req)
+	return r.callAlone(ctx, probe, &c, req)
+}
+
+// callAlone runs req's call c, prepared, by itself.
+func (r *RedisStore) callAlone(ctx context.Context, probe bool, c *reserveCall, req *multi) error {
 	var v any
 	err := r.call(ctx, probe, func(ctx context.Context) error {
 		var err error
-		v, err = sc.Run(ctx, r.client, keys, args...).Result()
+		v, err = c.script().Run(ctx, r.client, c.keys, c.args...).Result()
 		return err
 	})
-	return v, err
+	if err != nil {
+		return err
+	}
+	return r.finish(c, req, v)
 }
 
-// reserveGCRA is reserveRedis for most calls: one dimension of the GCRA
-// family, through the script made for it (script.ReserveGCRA), with its
-// parameters formatted once, at bind. The script replies with the inputs of
-// its transition; the figures are recomputed here with the same math.
+// reserveCall is one reservation's script call: its keys and arguments,
+// and what reading its reply takes.
+type reserveCall struct {
+	keys  []string
+	args  []any
+	gcra  *gcra.Kernel // ReserveGCRA's kernel (nil: Reserve), within the caller's deadline
+	floor float64      // ReserveGCRA: the handoff floor passed (0: none)
+}
+
+func (c *reserveCall) script() *redis.Script {
+	if c.gcra != nil {
+		return script.ReserveGCRA
+	}
+	return script.Reserve
+}
+
+// prepare builds req's call: ReserveGCRA for most calls (one dimension of
+// the GCRA family, with its parameters formatted once, at bind), Reserve for
+// the others.
 //
-// Under FailLocal it also hands the schedule over between Redis and the
-// local store (see handoff): a key whose local slots Redis has not seen
-// passes their end as a TAT floor, and every admission seeds the local
-// twin with Redis's TAT, so that whichever serves next continues the
-// schedule instead of starting a new one beside it.
-func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, allow bool) error {
+// Under FailLocal a call of ReserveGCRA also hands the schedule over between
+// Redis and the local store (see handoff): a key whose local slots Redis has
+// not seen passes their end as a TAT floor, and every admission seeds the
+// local twin with Redis's TAT (finish), so that whichever serves next
+// continues the schedule instead of starting a new one beside it.
+func (r *RedisStore) prepare(c *reserveCall, req *multi) {
+	c.keys = redisKeys(req.keyset)
 	d := req.dims[0]
+	if len(req.dims) != 1 || d.kern == nil {
+		c.args = r.dimsArgs(req.algs, req.costs, req.now, req.limit, req.any)
+		return
+	}
 	rd := redisOf(d)
 	params, k := &rd.params[0], d.kern
-	if allow {
+	if req.algs[0] == d.allow {
 		params, k = &rd.params[1], d.kernAllow
 	}
-	keys := redisKeys(req.keyset)
-	now := r.now(req.now)
-	args := script.ReserveGCRAArgs(now, params, req.costs[0])
+	c.args = script.ReserveGCRAArgs(r.now(req.now), params, req.costs[0])
 	if req.limit < k.MaxWait { // the caller's deadline comes first: the script waits no longer
 		within := *k
 		within.MaxWait = max(req.limit, 0)
 		k = &within
-		args[3] = script.Float(k.MaxWait)
+		c.args[3] = script.Float(k.MaxWait)
 	}
-	floor := 0.0
+	c.gcra = k
 	if r.local != nil && r.handoff.pending() {
-		if floor = r.handoff.floor(d, req.keys[0], algorithms.Millis(d.clock.Now())); floor > 0 {
-			args = append(args, script.Float(floor))
+		if c.floor = r.handoff.floor(d, req.keys[0], algorithms.Millis(d.clock.Now())); c.floor > 0 {
+			c.args = append(c.args, script.Float(c.floor))
 		}
 	}
-	var v any
-	err := r.call(ctx, probe, func(ctx context.Context) error {
-		var err error
-		v, err = script.ReserveGCRA.Run(ctx, r.client, keys, args...).Result()
-		return err
-	})
-	if err != nil {
-		return err
+}
+
+// finish reads the reply v of req's call c into req. ReserveGCRA replies
+// with the inputs of its transition; the figures are recomputed here with
+// the same math.
+func (r *RedisStore) finish(c *reserveCall, req *multi, v any) error {
+	if c.gcra == nil {
+		rep, err := script.ParseReserve(v, len(req.dims))
+		if err != nil {
+			return err
+		}
+		req.dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, rep.Wait), Binding: rep.Binding, Wait: rep.Wait, Took: rep.Took}
+		req.dec.Remaining = gcra.Units(rep.Remaining)
+		req.tags, req.seqs = rep.Tags, rep.Seqs
+		req.at = rep.Now + rep.Wait // as the script computed it
+		return nil
 	}
+	d, k := req.dims[0], c.gcra
 	rep, err := script.ParseReserveGCRA(v, req.now)
 	if err != nil {
 		return err
 	}
-	rep.Handoff = floor
+	rep.Handoff = c.floor
 	allowed, wait, tag, err := rep.Decide(k, req.costs[0])
 	if err != nil {
 		return err
@@ -583,12 +612,31 @@ func (r *RedisStore) reserveGCRA(ctx context.Context, probe bool, req *multi, al
 			// than on the server's, so the local schedule never starts early.
 			local := algorithms.Millis(d.clock.Now())
 			r.local.seedTAT(r.twin(d), req.keys[0], local+(tag-rep.Now), local)
-			if floor > 0 {
+			if c.floor > 0 {
 				r.handoff.done(d, req.keys[0])
 			}
 		}
 	}
 	return nil
+}
+
+// dimsArgs returns the ARGV of Reserve or Status for algs and costs (a
+// deadline of limit ms caps the GCRA family's max_wait; with anyOf,
+// algorithms.AnyWithin combines the dimensions).
+func (r *RedisStore) dimsArgs(algs []algorithms.Algorithm, costs []int64, now, limit float64, anyOf bool) []any {
+	ldims := make([]script.Dim, len(algs))
+	for i, a := range algs {
+		kind, p := a.Params()
+		if kind == "g" && limit < p[2] { // the caller's deadline: GCRA's max_wait
+			p[2] = max(limit, 0)
+		}
+		ldims[i] = script.Dim{Kind: kind, Params: p, Cost: costs[i]}
+	}
+	args := script.ReserveArgs(r.now(now), ldims)
+	if anyOf {
+		args = append(args, script.Any)
+	}
+	return args
 }
 
 func (r *RedisStore) settle(ctx context.Context, st *settlement) error {
@@ -752,7 +800,13 @@ func (r *RedisStore) status(ctx context.Context, q *query) error {
 	if probe {
 		defer r.health.probing.Store(false)
 	}
-	v, err := r.runDims(ctx, probe, script.Status, q.keyset, q.algs, q.costs, q.now, noLimit, q.any)
+	keys, args := redisKeys(q.keyset), r.dimsArgs(q.algs, q.costs, q.now, noLimit, q.any)
+	var v any
+	err := r.call(ctx, probe, func(ctx context.Context) error {
+		var err error
+		v, err = script.Status.Run(ctx, r.client, keys, args...).Result()
+		return err
+	})
 	if err != nil {
 		if e := callerDone(ctx); e != nil {
 			return e

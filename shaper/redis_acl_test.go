@@ -103,7 +103,7 @@ func TestRedisWorksThroughTheLeastPrivilegedUser(t *testing.T) {
 	setUser(t, []*redistest.Server{srv}, rule, "~conf*", "+multi", "+exec", "+persist")
 	conformance(t, srv.Client(func(o *redis.Options) {
 		o.Username, o.Password, o.MaxRetries, o.ContextTimeoutEnabled = "throttlekit", "pw", -1, true
-	}))
+	}), true) // through the batch script, which runs every reservation script
 
 	setUser(t, []*redistest.Server{srv}, rule, "~tk:*")
 	cl := redistest.StartCluster(t)

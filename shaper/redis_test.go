@@ -153,17 +153,23 @@ func errText(err error) string {
 // The Redis store (client clock) and the memory store give the same outcome
 // for every operation of every scenario: same delays, same refusals, same
 // errors; keys with braces, spaces, backslashes and non-ASCII included.
-func conformance(t *testing.T, client redis.UniversalClient) {
+//
+// With batched, every reservation goes through the batch script
+// (script.ReserveBatch) as a batch of one, as coalesced reservations do;
+// TestRedisBatchesDecideAsOneCallEach covers batches of many.
+func conformance(t *testing.T, client redis.UniversalClient, batched bool) {
 	timeless(client)
 	for i, sc := range scenarios() {
 		memClock, redisClock := timer.NewFake(t0), timer.NewFake(t0)
 		mem := NewMemoryStore(WithSweepInterval(0))
-		prefix := fmt.Sprintf("conf%d:", i) // scenarios must not share keys on the one server
+		prefix := fmt.Sprintf("conf%d-%v:", i, batched) // scenarios must not share keys on the one server
 		ms, err := sc.make(mem, memClock, prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs, err := sc.make(NewRedisStore(client, WithClientClock(), WithRedisTimeout(5*time.Second)), redisClock, prefix)
+		store := NewRedisStore(client, WithClientClock(), WithRedisTimeout(5*time.Second))
+		store.lanes.batched = batched
+		rs, err := sc.make(store, redisClock, prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,13 +242,16 @@ func (h timelessHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
-	conformance(t, c)
+	conformance(t, c, false)
+	conformance(t, c, true)
 }
 
 func TestRedisClusterMatchesMemoryStore(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t)
-	conformance(t, cl.Client(t))
+	c := cl.Client(t)
+	conformance(t, c, false)
+	conformance(t, c, true)
 }
 
 // Keys never choose their slot: braces in keys and prefixes are escaped, so a

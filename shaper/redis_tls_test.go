@@ -17,7 +17,7 @@ func TestRedisOverTLS(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartTLS(t)
 	client := srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 })
-	conformance(t, client)
+	conformance(t, client, false)
 
 	s, err := New(NewRedisStore(client, WithRedisTimeout(slowMachine)), PerSecond(10), WithName("tls"))
 	if err != nil {
@@ -49,5 +49,5 @@ func TestRedisOverTLS(t *testing.T) {
 func TestRedisThroughSentinel(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartSentinel(t)
-	conformance(t, s.Client(t, func(o *redis.FailoverOptions) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }))
+	conformance(t, s.Client(t, func(o *redis.FailoverOptions) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }), false)
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,10 +194,19 @@ func settleStores(t *testing.T) map[string]func() Store {
 	t.Cleanup(func() { _ = cluster.Close() })
 	timeless(node)
 	timeless(cluster)
+	// Every other store sends each reservation through the batch script, as
+	// coalesced reservations go (TestRedisBatchesDecideAsOneCallEach covers
+	// batches of many).
+	var made atomic.Int32
+	onRedis := func(c redis.UniversalClient) Store {
+		rs := NewRedisStore(c, WithClientClock())
+		rs.lanes.batched = made.Add(1)%2 == 0
+		return rs
+	}
 	stores := map[string]func() Store{
 		"memory":  func() Store { return NewMemoryStore(WithSweepInterval(0)) },
-		"redis":   func() Store { return NewRedisStore(node, WithClientClock()) },
-		"cluster": func() Store { return NewRedisStore(cluster, WithClientClock()) },
+		"redis":   func() Store { return onRedis(node) },
+		"cluster": func() Store { return onRedis(cluster) },
 	}
 	return stores
 }

@@ -28,6 +28,14 @@ var (
 	// reply with ParseReserveGCRA and turn it into the decision with
 	// GCRAReply.Decide.
 	ReserveGCRA = redis.NewScript(lua.Ledger + lua.ReserveGCRA)
+	// ReserveBatch decides many reservations of Reserve and ReserveGCRA in
+	// one call, each exactly as its own call would in that order. Build its
+	// keys and arguments with a Batch; its reply has one element per
+	// reservation: that script's reply, or its error (a redis.Error).
+	ReserveBatch = redis.NewScript(lua.Lib + lua.Ledger +
+		"local function reserve_dims(KEYS, ARGV)\n" + lua.Reserve + "\nend\n" +
+		"local function reserve_gcra(KEYS, ARGV)\n" + lua.ReserveGCRA + "\nend\n" +
+		lua.ReserveBatch)
 	// Settle gives back what a reservation did not use (see SettleArgs).
 	Settle = redis.NewScript(lua.Lib + lua.Ledger + lua.Settle)
 	// Status reads keys' standing without writing (ReserveArgs, with cost 0
@@ -325,4 +333,61 @@ func DecodeState(s string) ([]float64, error) {
 		st[i] = x
 	}
 	return st, nil
+}
+
+// Batch gathers the reservations of one ReserveBatch call.
+type Batch struct {
+	Keys []string
+	Args []any
+	n    int
+}
+
+// Reset empties b, keeping its arrays.
+func (b *Batch) Reset() {
+	clear(b.Args)
+	b.Keys, b.Args, b.n = b.Keys[:0], b.Args[:0], 0
+}
+
+// Add appends one reservation: gcra says whether keys and args are
+// ReserveGCRA's (else Reserve's).
+func (b *Batch) Add(gcra bool, keys []string, args []any) {
+	if b.n == 0 {
+		b.Args = append(b.Args, 0) // the count, set by Len's caller through Argv
+	}
+	kind := "r"
+	if gcra {
+		kind = "g"
+	}
+	b.Keys = append(b.Keys, keys...)
+	b.Args = append(b.Args, kind, len(keys), len(args))
+	b.Args = append(b.Args, args...)
+	b.n++
+}
+
+// Len is how many reservations b holds.
+func (b *Batch) Len() int { return b.n }
+
+// Argv returns ReserveBatch's ARGV for b.
+func (b *Batch) Argv() []any {
+	if b.n > 0 {
+		b.Args[0] = b.n
+	}
+	return b.Args
+}
+
+// SplitBatch returns the reply of each of ReserveBatch's n reservations,
+// as its own script would have replied: a value, or an error.
+func SplitBatch(v any, n int) ([]any, error) {
+	items, ok := v.([]any)
+	if !ok || len(items) != n {
+		return nil, fmt.Errorf("throttlekit: batch reply %T of %d elements, want %d", v, lenOf(v), n)
+	}
+	return items, nil
+}
+
+func lenOf(v any) int {
+	if items, ok := v.([]any); ok {
+		return len(items)
+	}
+	return -1
 }

@@ -1,0 +1,334 @@
+package shaper
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/script"
+)
+
+// Coalescing: the reservations a process makes on one hash slot while a
+// call for that slot is in flight are decided together by the next call,
+// one script execution (script.ReserveBatch) that runs each reservation's
+// own script in turn. A lane is one hash slot's queue (every key, on a
+// single node, where scripts may span slots). A reservation that finds its
+// lane idle makes its call alone, at once, exactly as without coalescing;
+// the reservations that arrive meanwhile queue, and when that call returns
+// one goroutine sends them all as one call, and again for those that
+// arrived during it, until the lane is idle. Each reservation's slot is the
+// one its own call would have had at its place in the batch; nothing is
+// reserved for anyone in advance.
+
+// lane is one hash slot's queue.
+type lane struct {
+	mu    sync.Mutex
+	busy  bool      // a call is in flight (or about to be)
+	queue []*waiter // the reservations for the next call
+	spare []*waiter // the last batch's array, for reuse
+	batch script.Batch
+}
+
+// waiter states.
+const (
+	waiting int32 = iota
+	claimed       // its batch's reply is being read into its request
+	abandoned     // its caller left: the reply, if a grant, is given back
+)
+
+// waiter is one queued reservation.
+type waiter struct {
+	req     *multi
+	call    reserveCall
+	replies uint64 // the server's reply count when it queued (see timedOut)
+	state   atomic.Int32
+	done    chan struct{}
+	err     error
+	inputs  *multi // abandoned: a copy of req's inputs, for the give-back
+}
+
+// lanes maps hash slots to their lanes: one lane for a single node, one
+// per hash slot on a cluster.
+type lanes struct {
+	one    *lane    // a single node: every key
+	bySlot sync.Map // a cluster: uint16 hash slot -> *lane
+
+	// For tests: held makes every lane queue as if busy (see releaseHeld);
+	// batched sends even a lone reservation as a batch (of one).
+	held    atomic.Bool
+	batched bool
+	refunds sync.WaitGroup // give-backs of abandoned grants in flight
+	largest atomic.Int64   // the most reservations one call decided
+}
+
+// each calls f on every lane made so far.
+func (l *lanes) each(f func(*lane)) {
+	if l.one != nil {
+		f(l.one)
+		return
+	}
+	l.bySlot.Range(func(_, v any) bool { f(v.(*lane)); return true })
+}
+
+// newLanes returns the lanes for client, or nil when its calls are not
+// coalesced: a Ring (which places keys by their hash tag, not their slot)
+// or a client of an unknown type.
+func newLanes(client redis.UniversalClient) *lanes {
+	switch client.(type) {
+	case *redis.Client:
+		return &lanes{one: &lane{}}
+	case *redis.ClusterClient:
+		return &lanes{}
+	}
+	return nil
+}
+
+// of returns the lane of the keys whose hash tag is tag.
+func (l *lanes) of(tag string) *lane {
+	if l.one != nil {
+		return l.one
+	}
+	slot := clusterSlot(escapeTag(tag))
+	if v, ok := l.bySlot.Load(slot); ok {
+		return v.(*lane)
+	}
+	v, _ := l.bySlot.LoadOrStore(slot, &lane{})
+	return v.(*lane)
+}
+
+// clusterSlot is Redis Cluster's hash slot of a hash tag: CRC16 (XMODEM)
+// modulo 16384.
+func clusterSlot(tag string) uint16 {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc & 16383
+}
+
+// coalesce decides req through its lane.
+func (r *RedisStore) coalesce(ctx context.Context, req *multi) error {
+	w := &waiter{req: req, replies: r.health.replies.Load()}
+	r.prepare(&w.call, req) // before the lock: building the args runs beside the call in flight
+	ln := r.lanes.of(req.slot)
+	ln.mu.Lock()
+	if !ln.busy && !r.lanes.held.Load() { // idle: this call goes at once, alone
+		ln.busy = true
+		ln.mu.Unlock()
+		if r.lanes.batched {
+			w.done = make(chan struct{})
+			r.flush(ln, []*waiter{w})
+			return w.err
+		}
+		err := r.callAlone(ctx, false, &w.call, req)
+		r.release(ln)
+		return err
+	}
+	w.done = make(chan struct{})
+	ln.queue = append(ln.queue, w)
+	ln.mu.Unlock()
+	return r.await(ctx, w)
+}
+
+// releaseHeld ends held (for tests): each lane sends what queued meanwhile.
+func (l *lanes) releaseHeld(r *RedisStore) {
+	l.held.Store(false)
+	l.each(func(ln *lane) {
+		ln.mu.Lock()
+		if ln.busy || len(ln.queue) == 0 {
+			ln.mu.Unlock()
+			return
+		}
+		ln.busy = true
+		ln.mu.Unlock()
+		r.release(ln)
+	})
+}
+
+// settled waits until no lane has a call in flight and every give-back has
+// ended (for tests).
+func (l *lanes) settled() {
+	for {
+		busy := false
+		l.each(func(ln *lane) {
+			ln.mu.Lock()
+			busy = busy || ln.busy
+			ln.mu.Unlock()
+		})
+		if !busy {
+			break
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	l.refunds.Wait()
+}
+
+// queued is how many reservations wait in the lanes (for tests).
+func (l *lanes) queued() int {
+	n := 0
+	l.each(func(ln *lane) {
+		ln.mu.Lock()
+		n += len(ln.queue)
+		ln.mu.Unlock()
+	})
+	return n
+}
+
+// release ends a lane's call: the reservations queued meanwhile go as the
+// next call, on a goroutine of their own.
+func (r *RedisStore) release(ln *lane) {
+	ln.mu.Lock()
+	if len(ln.queue) == 0 {
+		ln.busy = false
+		ln.mu.Unlock()
+		return
+	}
+	batch := ln.take()
+	ln.mu.Unlock()
+	go r.flush(ln, batch)
+}
+
+// take swaps the queue for the spare array (ln.mu held).
+func (ln *lane) take() []*waiter {
+	batch := ln.queue
+	ln.queue, ln.spare = ln.spare[:0], nil
+	return batch
+}
+
+// flush sends batches until the lane is idle.
+func (r *RedisStore) flush(ln *lane, batch []*waiter) {
+	for {
+		r.send(ln, batch)
+		clear(batch)
+		ln.mu.Lock()
+		ln.spare = batch[:0]
+		if len(ln.queue) == 0 {
+			ln.busy = false
+			ln.mu.Unlock()
+			return
+		}
+		batch = ln.take()
+		ln.mu.Unlock()
+	}
+}
+
+// send decides batch with one call and hands each waiter its outcome.
+func (r *RedisStore) send(ln *lane, batch []*waiter) {
+	try, probe := r.health.admit()
+	if !try {
+		for _, w := range batch {
+			r.deliver(w, nil, errJudgedDown)
+		}
+		return
+	}
+	if probe {
+		defer r.health.probing.Store(false)
+	}
+	if n := int64(len(batch)); n > r.lanes.largest.Load() {
+		r.lanes.largest.Store(n) // a statistic for tests: a lost race loses nothing
+	}
+	b := &ln.batch
+	b.Reset()
+	for _, w := range batch {
+		b.Add(w.call.gcra != nil, w.call.keys, w.call.args)
+	}
+	var v any
+	err := r.call(context.Background(), probe, func(ctx context.Context) error {
+		var err error
+		v, err = script.ReserveBatch.Run(ctx, r.client, b.Keys, b.Argv()...).Result()
+		return err
+	})
+	var items []any
+	if err == nil {
+		items, err = script.SplitBatch(v, len(batch))
+	}
+	for i, w := range batch {
+		if err != nil {
+			r.deliver(w, nil, err)
+			continue
+		}
+		if e, ok := items[i].(error); ok {
+			r.deliver(w, nil, e)
+			continue
+		}
+		r.deliver(w, items[i], nil)
+	}
+}
+
+// deliver hands w its reply v (or err). A waiter whose caller left gets
+// nothing; a slot its reply granted goes back to the key.
+func (r *RedisStore) deliver(w *waiter, v any, err error) {
+	if w.state.CompareAndSwap(waiting, claimed) {
+		if err == nil {
+			err = r.finish(&w.call, w.req, v)
+		}
+		w.err = err
+		close(w.done)
+		return
+	}
+	if err != nil {
+		return
+	}
+	req := w.inputs
+	if r.finish(&w.call, req, v) != nil || !req.dec.Allowed {
+		return
+	}
+	req.keepTook()
+	st := &settlement{keyset: req.keyset, tags: req.tags, seqs: req.seqs, costs: req.costs, at: req.at,
+		now: algorithms.Millis(req.dims[0].clock.Now()), holes: len(req.dims) == 1 && req.dims[0].name == ""}
+	r.lanes.refunds.Add(1)
+	go func() {
+		defer r.lanes.refunds.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		defer cancel()
+		_ = r.settle(ctx, st)
+	}()
+}
+
+// await waits for w's outcome, or for its caller's ctx, or (when a failure
+// policy can serve it before its deadline) for its budget (see budget).
+func (r *RedisStore) await(ctx context.Context, w *waiter) error {
+	var expired <-chan time.Time
+	budget := r.timeout
+	if _, ok := ctx.Deadline(); ok && r.policy.kind != 0 {
+		budget = r.budget(ctx)
+		t := time.NewTimer(budget)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+	case <-expired:
+	}
+	w.inputs = w.req.inputs()
+	if !w.state.CompareAndSwap(waiting, abandoned) { // its reply is being read: take it
+		<-w.done
+		return w.err
+	}
+	if err := callerDone(ctx); err != nil {
+		return err
+	}
+	return r.timedOut(w.replies, budget, false)
+}
+
+// inputs returns a copy of m's inputs, which its caller may change once it
+// has left.
+func (m *multi) inputs() *multi {
+	c := &multi{now: m.now, limit: m.limit, any: m.any}
+	c.keyset = keyset{dims: append([]*dim(nil), m.dims...), keys: append([]string(nil), m.keys...), slot: m.slot}
+	c.algs = append([]algorithms.Algorithm(nil), m.algs...)
+	c.costs = append([]int64(nil), m.costs...)
+	return c
+}

@@ -1,0 +1,264 @@
+package shaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/internal/script"
+	"github.com/throttlekit/throttlekit-go/internal/timer"
+)
+
+// heldBatch makes the reservations of ops at once on store rs, queued in
+// the order of ops while rs's lanes are held, so that each lane sends its
+// share as one call (script.ReserveBatch); run(i) makes reservation i. A
+// request that never reaches the store (refused by the shaper first) counts
+// as queued once it returns.
+func heldBatch(t *testing.T, rs *RedisStore, n int, run func(i int)) {
+	t.Helper()
+	rs.lanes.held.Store(true)
+	var finished atomic.Int32
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(i)
+			finished.Add(1)
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for rs.lanes.queued()+int(finished.Load()) < i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("reservation %d of the batch never queued", i)
+			}
+			time.Sleep(50 * time.Microsecond) // a goroutine starting: how long does not matter
+		}
+	}
+	rs.lanes.releaseHeld(rs)
+	wg.Wait()
+}
+
+// batchRun drives s through seeded rounds: in each, a batch of 1 to 12
+// reservations (Reserve or Allow, random keys and costs), then perhaps a
+// cancel of an earlier one, then time passes. On a RedisStore (rs) each
+// round's batch is queued in order and sent at once; elsewhere it runs one
+// reservation after another. It returns the transcript of every outcome.
+func batchRun(t *testing.T, s *Shaper, clock *timer.Fake, rs *RedisStore, seed uint64) []string {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 11))
+	var out []string
+	var held []Reservation
+	for round := range 40 {
+		n := 1 + rng.IntN(12)
+		keys, costs, allow := make([]string, n), make([]int64, n), make([]bool, n)
+		for i := range n {
+			keys[i], costs[i], allow[i] = oddKeys[rng.IntN(4)], int64(1+rng.IntN(3)), rng.IntN(4) == 0
+		}
+		lines := make([]string, n)
+		granted := make([]*Reservation, n)
+		run := func(i int) {
+			if allow[i] {
+				ok, err := s.Allow(bg, keys[i], costs[i])
+				lines[i] = fmt.Sprintf("%d.%d allow %q %d: %v %s", round, i, keys[i], costs[i], ok, errText(err))
+				return
+			}
+			r, err := s.Reserve(bg, keys[i], costs[i])
+			lines[i] = fmt.Sprintf("%d.%d reserve %q %d: %v %d %s", round, i, keys[i], costs[i], r.Delay, r.Remaining(), errText(err))
+			if err == nil {
+				granted[i] = &r
+			}
+		}
+		if rs != nil {
+			heldBatch(t, rs, n, run)
+		} else {
+			for i := range n {
+				run(i)
+			}
+		}
+		out = append(out, lines...)
+		for _, r := range granted {
+			if r != nil {
+				held = append(held, *r)
+			}
+		}
+		if len(held) > 0 && rng.IntN(3) == 0 {
+			j := rng.IntN(len(held))
+			out = append(out, fmt.Sprintf("%d cancel %d: %s", round, j, errText(held[j].Cancel(bg))))
+		}
+		clock.Advance(time.Duration(rng.IntN(900)) * time.Millisecond)
+	}
+	return out
+}
+
+// Coalesced reservations are decided exactly as one call each, in the order
+// they queued: for every algorithm, multi-dimension and Any shaper, batches
+// of up to 12 on a node and on the 3-master cluster (where a batch holds one
+// hash slot's share) give the memory store's transcript, delays, refusals
+// and remaining figures alike; cancels between batches included.
+func TestRedisBatchesDecideAsOneCallEach(t *testing.T) {
+	t.Parallel()
+	node, cluster := nodeAndCluster(t)
+	checkClusterSlot(t, cluster)
+	for i, sc := range scenarios() {
+		memClock := timer.NewFake(t0)
+		prefix := fmt.Sprintf("batch%d:", i)
+		ms, err := sc.make(NewMemoryStore(WithSweepInterval(0)), memClock, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := batchRun(t, ms, memClock, nil, uint64(i))
+		for _, c := range []redis.UniversalClient{node, cluster} {
+			clock := timer.NewFake(t0)
+			rs := NewRedisStore(c, WithClientClock(), WithRedisTimeout(slowMachine))
+			s, err := sc.make(rs, clock, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := batchRun(t, s, clock, rs, uint64(i))
+			if l := rs.lanes.largest.Load(); l < 8 && c == node {
+				t.Fatalf("%s: the largest batch on a node decided %d reservations; the rounds hold up to 12", sc.name, l)
+			}
+			for j := range want {
+				if got[j] != want[j] {
+					t.Fatalf("%s on %T: step %d\n memory: %s\n  redis: %s", sc.name, c, j, want[j], got[j])
+				}
+			}
+		}
+	}
+}
+
+// A reservation whose key holds foreign or corrupt data fails alone, with a
+// *StateError naming its key: the others of its batch are decided as if it
+// had not been made, on a node and on the cluster.
+func TestRedisABadReservationFailsAloneInItsBatch(t *testing.T) {
+	t.Parallel()
+	node, cluster := nodeAndCluster(t)
+	for _, c := range []redis.UniversalClient{node, cluster} {
+		clock := timer.NewFake(t0)
+		rs := NewRedisStore(c, WithClientClock())
+		s, err := New(rs, PerSecond(10), WithClock(clock), WithPrefix("bad:"), WithMaxQueue(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.LPush(bg, "bad:{b}", "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Set(bg, "bad:{c}", "not a number", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		keys := []string{"a", "b", "a", "c", "a", "b", "d"}
+		delays := make([]time.Duration, len(keys))
+		errs := make([]error, len(keys))
+		heldBatch(t, rs, len(keys), func(i int) {
+			r, err := s.Reserve(bg, keys[i], 1)
+			delays[i], errs[i] = r.Delay, err
+		})
+		want := []time.Duration{0, 0, 100 * time.Millisecond, 0, 200 * time.Millisecond, 0, 0}
+		for i, k := range keys {
+			var se *StateError
+			if bad := k == "b" || k == "c"; bad != errors.As(errs[i], &se) || bad && se.Key != k {
+				t.Fatalf("%T: reservation %d on %q: %v", c, i, k, errs[i])
+			}
+			if delays[i] != want[i] {
+				t.Fatalf("%T: reservation %d on %q departs in %v, want %v", c, i, k, delays[i], want[i])
+			}
+		}
+		if typ := c.Type(bg, "bad:{b}").Val(); typ != "list" {
+			t.Fatalf("%T: the foreign key is now a %s", c, typ)
+		}
+	}
+}
+
+// A reservation whose caller leaves while it is queued is still decided by
+// its batch (nothing can take it out), and a slot it was granted goes back
+// to its key: the next reservation departs where it would have.
+func TestRedisAGrantNobodyWaitsForGoesBack(t *testing.T) {
+	t.Parallel()
+	_, c := redisClient(t)
+	clock := timer.NewFake(t0)
+	rs := NewRedisStore(c, WithClientClock())
+	s, err := New(rs, PerSecond(10), WithClock(clock), WithPrefix("left:"), WithMaxQueue(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := mustReserve(t, s, "k", 1) // at once
+	ctx, cancel := context.WithCancel(bg)
+	var errLeft error
+	rs.lanes.held.Store(true)
+	done := make(chan struct{})
+	go func() { _, errLeft = s.Reserve(ctx, "k", 1); close(done) }()
+	for rs.lanes.queued() == 0 {
+		time.Sleep(50 * time.Microsecond) // a goroutine starting: how long does not matter
+	}
+	cancel()
+	<-done
+	rs.lanes.releaseHeld(rs)
+	rs.lanes.settled()
+	if !errors.Is(errLeft, context.Canceled) {
+		t.Fatalf("the caller that left got %v", errLeft)
+	}
+	r := mustReserve(t, s, "k", 1)
+	if first.Delay != 0 || r.Delay != 100*time.Millisecond {
+		t.Fatalf("after a grant nobody took, the next slot is %v away, want 100ms", r.Delay)
+	}
+}
+
+// The batch script's parts line up: its ARGV counts what Batch added, and a
+// reply of the wrong length is an error, never a panic.
+func TestBatchWire(t *testing.T) {
+	var b script.Batch
+	b.Add(true, []string{"k", "k:p"}, []any{"", "1", "2", "3", int64(1)})
+	b.Add(false, []string{"x", "x:p"}, []any{"", "g"})
+	argv := b.Argv()
+	if b.Len() != 2 || len(b.Keys) != 4 || argv[0] != 2 || len(argv) != 1+3+5+3+2 {
+		t.Fatalf("batch of 2: keys %v, argv %v", b.Keys, argv)
+	}
+	b.Reset()
+	if b.Len() != 0 || len(b.Keys) != 0 || len(b.Argv()) != 0 {
+		t.Fatalf("after Reset: %v %v", b.Keys, b.Argv())
+	}
+	if _, err := script.SplitBatch([]any{"x"}, 2); err == nil {
+		t.Fatal("a reply of 1 element for 2 reservations was accepted")
+	}
+	if _, err := script.SplitBatch("x", 1); err == nil {
+		t.Fatal("a reply that is not a list was accepted")
+	}
+	if items, err := script.SplitBatch([]any{"x", "y"}, 2); err != nil || !slices.Equal(items, []any{"x", "y"}) {
+		t.Fatalf("SplitBatch: %v %v", items, err)
+	}
+}
+
+// clusterSlot is Redis Cluster's hash slot: the specification's example,
+// and the server's own CLUSTER KEYSLOT for the escaped tags of odd keys
+// and random ones.
+func checkClusterSlot(t *testing.T, c redis.UniversalClient) {
+	t.Helper()
+	if got := clusterSlot("123456789"); got != 0x31C3&16383 {
+		t.Fatalf("clusterSlot(123456789) = %d", got)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	tags := append([]string(nil), oddKeys...)
+	for range 200 {
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		tags = append(tags, string(b))
+	}
+	for _, tag := range tags {
+		want, err := c.ClusterKeySlot(bg, "p{"+escapeTag(tag)+"}x").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := clusterSlot(escapeTag(tag)); int64(got) != want {
+			t.Fatalf("clusterSlot(%q) = %d, CLUSTER KEYSLOT %d", escapeTag(tag), got, want)
+		}
+	}
+}
