@@ -63,14 +63,19 @@ func client(srv *redistest.Server) *redis.Client {
 	return srv.Client(func(o *redis.Options) { o.PoolSize, o.ContextTimeoutEnabled = 128, true })
 }
 
-// BenchmarkRedis: ThrottleKit's Reserve (leaky bucket, server clock), beside
-// redis_rate's Allow (GCRA) and a no-op EVALSHA (the floor: one round trip that
-// does nothing), on the same server, at 1, 8 and 64 goroutines, over 1,000 keys
-// with limits no request reaches.
+// BenchmarkRedis: ThrottleKit's Reserve (leaky bucket, server clock;
+// coalescing, the default, and one call per reservation), beside
+// redis_rate's Allow (GCRA) and a no-op EVALSHA (the floor: one round trip
+// that does nothing), on the same server, at 1, 8 and 64 goroutines, over
+// 1,000 keys and on one key, with limits no request reaches.
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
 	c := client(srv)
 	s, err := shaper.New(shaper.NewRedisStore(c), shaper.Rate{Count: 100000, Period: time.Second, Burst: 1 << 40})
+	if err != nil {
+		b.Fatal(err)
+	}
+	alone, err := shaper.New(shaper.NewRedisStore(c, shaper.WithCoalescing(false)), shaper.Rate{Count: 100000, Period: time.Second, Burst: 1 << 40}, shaper.WithPrefix("alone:"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -81,14 +86,22 @@ func BenchmarkRedis(b *testing.B) {
 	for i := range names {
 		names[i] = "user:" + strconv.Itoa(i)
 	}
-	ops := map[string]func(i int) error{
-		"throttlekit-reserve": func(i int) error { _, err := s.Reserve(ctx, names[i%keys], 1); return err },
-		"redis_rate-allow":    func(i int) error { _, err := rr.Allow(ctx, names[i%keys], limit); return err },
-		"noop-evalsha":        func(i int) error { return noop.Run(ctx, c, []string{names[i%keys]}).Err() },
-	}
-	for _, g := range []int{1, 8, 64} {
-		for _, name := range []string{"noop-evalsha", "redis_rate-allow", "throttlekit-reserve"} {
-			b.Run(fmt.Sprintf("%s/g=%d", name, g), func(b *testing.B) { measure(b, g, ops[name]) })
+	for _, spread := range []bool{true, false} {
+		key := func(i int) string { return names[i%keys] }
+		where := "keys=1000"
+		if !spread {
+			key, where = func(int) string { return "hot" }, "keys=1"
+		}
+		ops := map[string]func(i int) error{
+			"throttlekit-reserve": func(i int) error { _, err := s.Reserve(ctx, key(i), 1); return err },
+			"throttlekit-alone":   func(i int) error { _, err := alone.Reserve(ctx, key(i), 1); return err },
+			"redis_rate-allow":    func(i int) error { _, err := rr.Allow(ctx, key(i), limit); return err },
+			"noop-evalsha":        func(i int) error { return noop.Run(ctx, c, []string{key(i)}).Err() },
+		}
+		for _, g := range []int{1, 8, 64} {
+			for _, name := range []string{"noop-evalsha", "redis_rate-allow", "throttlekit-alone", "throttlekit-reserve"} {
+				b.Run(fmt.Sprintf("%s/%s/g=%d", where, name, g), func(b *testing.B) { measure(b, g, ops[name]) })
+			}
 		}
 	}
 }

@@ -346,9 +346,9 @@ func chartSVG(runs []pacing, names []string) string {
 	return s.String()
 }
 
-// redisThroughput runs op from g goroutines for d and returns ops/s and the
-// latency p50 and p99.
-func redisThroughput(t *testing.T, g int, d time.Duration, op func(i int) error) (float64, time.Duration, time.Duration) {
+// redisThroughput runs op from g goroutines for d and returns ops/s, the
+// latency p50 and p99, and how many operations ran.
+func redisThroughput(t *testing.T, g int, d time.Duration, op func(i int) error) (float64, time.Duration, time.Duration, int) {
 	var mu sync.Mutex
 	var all []time.Duration
 	var wg sync.WaitGroup
@@ -374,16 +374,100 @@ func redisThroughput(t *testing.T, g int, d time.Duration, op func(i int) error)
 	elapsed := time.Since(start)
 	slices.Sort(all)
 	if len(all) == 0 {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
-	return float64(len(all)) / elapsed.Seconds(), all[len(all)/2], all[len(all)*99/100]
+	return float64(len(all)) / elapsed.Seconds(), all[len(all)/2], all[len(all)*99/100], len(all)
+}
+
+// serverCost returns what the server spent on scripts since its statistics
+// were last reset (CONFIG RESETSTAT): the microseconds of CPU its
+// commandstats count for EVALSHA and EVAL, and how many calls.
+func serverCost(t *testing.T, c *redis.Client) (usec float64, calls int64) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "usec":
+				x, _ := strconv.ParseFloat(v, 64)
+				usec += x
+			case "calls":
+				n, _ := strconv.ParseInt(v, 10, 64)
+				calls += n
+			}
+		}
+	}
+	return usec, calls
+}
+
+// redisOp is one operation of the Redis tables.
+type redisOp struct {
+	name string
+	op   func(i int) error
+}
+
+// redisFigures are the medians of one operation's runs: ops/s, p50 and p99
+// latency (ns), server CPU per operation (µs, commandstats) and operations
+// per script call.
+type redisFigures struct{ tp, p50, p99, usec, perCall float64 }
+
+// redisRuns measures ops at g goroutines: each first unmeasured (so that the
+// pool holds g connections and the keys exist), then the runs interleave
+// the operations in a rotated order each run, so that none is always first
+// or always measured after the others. The server's statistics are reset
+// before each run and read after it.
+func (r *report) redisRuns(t *testing.T, c *redis.Client, g int, ops []redisOp) map[string]redisFigures {
+	for _, o := range ops {
+		redisThroughput(t, g, r.sc.redisFor/10, o.op)
+	}
+	figs := make([][5][]float64, len(ops))
+	for run := range r.sc.runs {
+		for k := range ops {
+			k = (k + run) % len(ops)
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			tp, p50, p99, n := redisThroughput(t, g, r.sc.redisFor, ops[k].op)
+			usec, calls := serverCost(t, c)
+			f := &figs[k]
+			f[0], f[1], f[2] = append(f[0], tp), append(f[1], float64(p50)), append(f[2], float64(p99))
+			f[3], f[4] = append(f[3], usec/float64(max(n, 1))), append(f[4], float64(n)/float64(max(calls, 1)))
+		}
+	}
+	res := map[string]redisFigures{}
+	for k, o := range ops {
+		f := figs[k]
+		res[o.name] = redisFigures{median(f[0]), median(f[1]), median(f[2]), median(f[3]), median(f[4])}
+	}
+	return res
+}
+
+// redisRows prints the rows of ops at g goroutines.
+func (r *report) redisRows(g int, ops []redisOp, res map[string]redisFigures) {
+	rr, floor := res["redis_rate Allow"], res["no-op EVALSHA"]
+	for _, o := range ops {
+		v := res[o.name]
+		r.printf("| %d | %s | %.0f | %v | %v | %.2fx | %.2fx | %.2f | %.1f |\n", g, o.name, v.tp,
+			time.Duration(v.p50).Round(time.Microsecond), time.Duration(v.p99).Round(time.Microsecond),
+			v.tp/rr.tp, v.tp/floor.tp, v.usec, v.perCall)
+	}
 }
 
 func (r *report) redis(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(srv) // pool 128, ContextTimeoutEnabled: the configuration docs/REDIS.md recommends
-	store := shaper.NewRedisStore(c)
-	s, err := shaper.New(store, open)
+	s, err := shaper.New(shaper.NewRedisStore(c), open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, err := shaper.New(shaper.NewRedisStore(c, shaper.WithCoalescing(false)), open, shaper.WithPrefix("alone:"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,50 +475,49 @@ func (r *report) redis(t *testing.T) {
 	limit := rrLimit
 	noop := redis.NewScript("return 1")
 	names := keyNames(keys)
-	ops := []struct {
-		name string
-		op   func(i int) error
-	}{
-		{"throttlekit Reserve", func(i int) error { _, err := s.Reserve(ctx, names[i%keys], 1); return err }},
-		{"redis_rate Allow", func(i int) error { _, err := rr.Allow(ctx, names[i%keys], limit); return err }},
-		{"no-op EVALSHA", func(i int) error { return noop.Run(ctx, c, []string{names[i%keys]}).Err() }},
+	const (
+		tk    = "throttlekit Reserve"
+		tk1   = "throttlekit Reserve, one call each"
+		rrOp  = "redis_rate Allow"
+		floor = "no-op EVALSHA"
+	)
+	on := func(key func(i int) string) []redisOp {
+		return []redisOp{
+			{tk, func(i int) error { _, err := s.Reserve(ctx, key(i), 1); return err }},
+			{tk1, func(i int) error { _, err := alone.Reserve(ctx, key(i), 1); return err }},
+			{rrOp, func(i int) error { _, err := rr.Allow(ctx, key(i), limit); return err }},
+			{floor, func(i int) error { return noop.Run(ctx, c, []string{key(i)}).Err() }},
+		}
 	}
-	r.printf("## Redis\n\nOne redis-server on loopback started for the run; %d keys; limits no call reaches; the client's pool is 128, with ContextTimeoutEnabled (the recommended configuration: the store then applies its timeout on the socket, with no goroutine per call). Each configuration runs %v per run, after an unmeasured warm-up; the runs interleave the operations in a rotated order.\n\n", keys, r.sc.redisFor)
-	r.printf("| goroutines | operation | ops/s | p50 | p99 | ratio to redis_rate | ratio to no-op |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
-	var targets string // printed under the table
+	r.printf("## Redis\n\nOne redis-server on loopback started for the run; limits no call reaches; the client's pool is 128, with ContextTimeoutEnabled (the recommended configuration: the store then applies its timeout on the socket, with no goroutine per call). Each configuration runs %v per run, after an unmeasured warm-up; the runs interleave the operations in a rotated order. ThrottleKit's Reserve coalesces (the default: reservations made while a call is in flight go together in the next call); \"one call each\" is the same store WithCoalescing(false). Server µs per op is the CPU Redis's `INFO commandstats` counts for EVALSHA and EVAL, divided by the operations; ops per call is operations per script call.\n\n", r.sc.redisFor)
+	header := "| goroutines | operation | ops/s | p50 | p99 | ratio to redis_rate | ratio to no-op | server µs per op | ops per call |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+	r.printf("### %d keys\n\n%s", keys, header)
+	spread := on(func(i int) string { return names[i%keys] })
+	var at1, at64 map[string]redisFigures
 	for _, g := range []int{1, 8, 64} {
-		res := map[string][3]float64{}
-		// Every operation is first run unmeasured (so that the pool holds g
-		// connections and the keys exist for all of them), then the runs
-		// interleave the operations, in a rotated order each run, so that no
-		// library is always first, or always measured after the others.
-		for _, o := range ops {
-			redisThroughput(t, g, r.sc.redisFor/10, o.op)
-		}
-		tp, p50, p99 := make([][]float64, len(ops)), make([][]float64, len(ops)), make([][]float64, len(ops))
-		for run := range r.sc.runs {
-			for k := range ops {
-				k = (k + run) % len(ops)
-				a, b, c := redisThroughput(t, g, r.sc.redisFor, ops[k].op)
-				tp[k], p50[k], p99[k] = append(tp[k], a), append(p50[k], float64(b)), append(p99[k], float64(c))
-			}
-		}
-		for k, o := range ops {
-			res[o.name] = [3]float64{median(tp[k]), median(p50[k]), median(p99[k])}
-		}
-		for _, o := range ops {
-			v := res[o.name]
-			r.printf("| %d | %s | %.0f | %v | %v | %.2fx | %.2fx |\n", g, o.name, v[0], time.Duration(v[1]).Round(time.Microsecond), time.Duration(v[2]).Round(time.Microsecond),
-				v[0]/res["redis_rate Allow"][0], v[0]/res["no-op EVALSHA"][0])
-		}
-		if g == 64 {
-			a, b := res["throttlekit Reserve"][0]/res["redis_rate Allow"][0], res["throttlekit Reserve"][0]/res["no-op EVALSHA"][0]
-			targets = fmt.Sprintf("\nTargets at 64 goroutines: >= 1.0x redis_rate: **%.2fx**, %s; >= 0.8x the no-op floor: **%.2fx**, %s.\n",
-				a, r.target(a >= 1, fmt.Sprintf("Redis throughput at 64 goroutines: %.2fx redis_rate (target 1.0x)", a)),
-				b, r.target(b >= 0.8, fmt.Sprintf("Redis throughput at 64 goroutines: %.2fx the no-op EVALSHA (target 0.8x)", b)))
+		res := r.redisRuns(t, c, g, spread)
+		r.redisRows(g, spread, res)
+		switch g {
+		case 1:
+			at1 = res
+		case 64:
+			at64 = res
 		}
 	}
-	r.printf("%s", targets)
+	hot := on(func(int) string { return "hot" })
+	r.printf("\n### One key\n\n%s", header)
+	atHot := r.redisRuns(t, c, 64, hot)
+	r.redisRows(64, hot, atHot)
+	a, b := at64[tk].tp/at64[rrOp].tp, at64[tk].tp/at64[floor].tp
+	h := atHot[tk].tp / atHot[rrOp].tp
+	p := at1[tk].p50 / at1[tk1].p50
+	r.printf("\nTargets: at 64 goroutines over %d keys, >= 2.0x redis_rate: **%.2fx**, %s; >= 1.5x the no-op floor: **%.2fx**, %s. One key at 64 goroutines, >= 5x redis_rate: **%.2fx**, %s. One goroutine, p50 within 1.1x of one call each: **%.2fx**, %s.\n",
+		keys, a, r.target(a >= 2, fmt.Sprintf("Redis throughput at 64 goroutines: %.2fx redis_rate (target 2.0x)", a)),
+		b, r.target(b >= 1.5, fmt.Sprintf("Redis throughput at 64 goroutines: %.2fx the no-op EVALSHA (target 1.5x)", b)),
+		h, r.target(h >= 5, fmt.Sprintf("Redis throughput on one key at 64 goroutines: %.2fx redis_rate (target 5x)", h)),
+		p, r.target(p <= 1.1, fmt.Sprintf("Redis p50 at 1 goroutine: %.2fx one call each (target 1.1x)", p)))
+	r.printf("Server CPU per reservation at 64 goroutines over %d keys: %.2f µs coalesced, %.2f µs one call each, %.2f µs per redis_rate Allow.\n\n",
+		keys, at64[tk].usec, at64[tk1].usec, at64[rrOp].usec)
 	// Bytes per key on the server.
 	const n = 20000
 	// Unnamed, on a store of its own: keys as a default shaper writes them.
@@ -442,12 +525,12 @@ func (r *report) redis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tk, rl []float64
+	var tkb, rl []float64
 	for range r.sc.runs {
-		tk = append(tk, redisBytesPerKey(t, c, small, rr, "throttlekit", n))
+		tkb = append(tkb, redisBytesPerKey(t, c, small, rr, "throttlekit", n))
 		rl = append(rl, redisBytesPerKey(t, c, small, rr, "redis_rate", n))
 	}
-	bt, br := median(tk), median(rl)
+	bt, br := median(tkb), median(rl)
 	r.printf("\n| Redis bytes per key (used_memory, %d keys) | throttlekit | redis_rate | ratio |\n| --- | ---: | ---: | ---: |\n| leaky bucket vs GCRA, 1/min, every key alive | %.1f | %.1f | %.2fx |\n\n", n, bt, br, bt/br)
 	r.printf("Target: <= 1.0x redis_rate's bytes per key: **%.2fx**, %s.\n\n", bt/br, r.target(bt/br <= 1, fmt.Sprintf("Redis bytes per key: %.2fx redis_rate's (target 1.0x)", bt/br)))
 }

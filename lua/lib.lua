@@ -7,6 +7,11 @@
 
 local floor = math.floor
 
+-- batch_time is the server's TIME read once for all the reservations of a
+-- batch (reserve_batch.lua), which are decided at one instant; nil (every
+-- other script): each script reads TIME itself.
+local batch_time = nil
+
 local function fmt(x) return string.format('%.17g', x) end
 
 -- decode parses a stored state; it returns nil for text that is not a list
@@ -325,7 +330,7 @@ local ALG = {g = gcra, t = token, f = fixed, s = sliding, l = slog, q = quota}
 -- The time of the decision: the caller's (ARGV) or the server's (TIME).
 local function clock(arg)
   if arg ~= '' then return tonumber(arg) end
-  local t = redis.call('TIME')
+  local t = batch_time or redis.call('TIME')
   return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 end
 

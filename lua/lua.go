@@ -22,6 +22,8 @@ var (
 	// ReserveGCRA is Reserve for one dimension of the GCRA family (the leaky
 	// bucket and GCRA): the same decision and stored state, at a fraction of
 	// Reserve's cost inside Redis. It replies with its transition's inputs.
+	// It reads TIME unless batch_time holds it: alone, it follows
+	// "local batch_time = nil\n" and Ledger.
 	//
 	//go:embed reserve_gcra.lua
 	ReserveGCRA string

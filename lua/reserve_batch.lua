@@ -11,6 +11,9 @@
 --   arguments it takes, then those arguments.
 -- Reply: per reservation, its script's reply or its error.
 local n = tonumber(ARGV[1])
+-- One instant for all: the server's TIME read once (lib.lua's batch_time),
+-- as if every call of the batch had come at once.
+batch_time = redis.call('TIME')
 local out = {}
 local ki, ai = 1, 2
 for m = 1, n do

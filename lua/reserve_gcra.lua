@@ -22,7 +22,7 @@ local now, sec, usec = nil, '', ''
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
 else
-  local t = redis.call('TIME')
+  local t = batch_time or redis.call('TIME') -- batch_time: lib.lua's, or nil before this script alone
   sec, usec = t[1], t[2]
   now = tonumber(sec) * 1000 + tonumber(usec) / 1000
 end

@@ -25,12 +25,16 @@ import (
 
 // lane is one hash slot's queue.
 type lane struct {
-	mu    sync.Mutex
-	busy  bool      // a call is in flight (or about to be)
-	queue []*waiter // the reservations for the next call
-	spare []*waiter // the last batch's array, for reuse
-	batch script.Batch
+	mu       sync.Mutex
+	inflight int       // calls in flight (or about to be), at most maxInflight
+	queue    []*waiter // the reservations for the next call
+	spare    []*waiter // a sent batch's array, for reuse
 }
+
+// maxInflight is how many calls a lane has in flight at once: two, so
+// that the server decides one batch while the other's reply travels and
+// the next one queues.
+const maxInflight = 2
 
 // waiter states.
 const (
@@ -122,8 +126,8 @@ func (r *RedisStore) coalesce(ctx context.Context, req *multi) error {
 	r.prepare(&w.call, req) // before the lock: building the args runs beside the call in flight
 	ln := r.lanes.of(req.slot)
 	ln.mu.Lock()
-	if !ln.busy && !r.lanes.held.Load() { // idle: this call goes at once, alone
-		ln.busy = true
+	if ln.inflight < maxInflight && len(ln.queue) == 0 && !r.lanes.held.Load() { // this call goes at once, alone
+		ln.inflight++
 		ln.mu.Unlock()
 		if r.lanes.batched {
 			w.done = make(chan struct{})
@@ -145,11 +149,11 @@ func (l *lanes) releaseHeld(r *RedisStore) {
 	l.held.Store(false)
 	l.each(func(ln *lane) {
 		ln.mu.Lock()
-		if ln.busy || len(ln.queue) == 0 {
+		if ln.inflight > 0 || len(ln.queue) == 0 {
 			ln.mu.Unlock()
 			return
 		}
-		ln.busy = true
+		ln.inflight++
 		ln.mu.Unlock()
 		r.release(ln)
 	})
@@ -162,7 +166,7 @@ func (l *lanes) settled() {
 		busy := false
 		l.each(func(ln *lane) {
 			ln.mu.Lock()
-			busy = busy || ln.busy
+			busy = busy || ln.inflight > 0
 			ln.mu.Unlock()
 		})
 		if !busy {
@@ -189,7 +193,7 @@ func (l *lanes) queued() int {
 func (r *RedisStore) release(ln *lane) {
 	ln.mu.Lock()
 	if len(ln.queue) == 0 {
-		ln.busy = false
+		ln.inflight--
 		ln.mu.Unlock()
 		return
 	}
@@ -198,22 +202,39 @@ func (r *RedisStore) release(ln *lane) {
 	go r.flush(ln, batch)
 }
 
-// take swaps the queue for the spare array (ln.mu held).
+// maxBatch is the most reservations one call decides. The replies of a
+// call arrive together, after the server has run all of its reservations:
+// the cap bounds how late the first of them learns its slot (about 128
+// times a reservation's few µs of script), so that slots near now are not
+// learnt after they passed, which would bunch their departures.
+const maxBatch = 128
+
+// take returns the next call's reservations: the queue's first maxBatch,
+// in the order they queued (ln.mu held).
 func (ln *lane) take() []*waiter {
-	batch := ln.queue
-	ln.queue, ln.spare = ln.spare[:0], nil
+	if len(ln.queue) <= maxBatch {
+		batch := ln.queue
+		ln.queue, ln.spare = ln.spare[:0], nil
+		return batch
+	}
+	batch := append(ln.spare[:0], ln.queue[:maxBatch]...)
+	ln.spare = nil
+	n := copy(ln.queue, ln.queue[maxBatch:])
+	clear(ln.queue[n:])
+	ln.queue = ln.queue[:n]
 	return batch
 }
 
 // flush sends batches until the lane is idle.
 func (r *RedisStore) flush(ln *lane, batch []*waiter) {
+	var b script.Batch
 	for {
-		r.send(ln, batch)
+		r.send(&b, batch)
 		clear(batch)
 		ln.mu.Lock()
 		ln.spare = batch[:0]
 		if len(ln.queue) == 0 {
-			ln.busy = false
+			ln.inflight--
 			ln.mu.Unlock()
 			return
 		}
@@ -223,7 +244,7 @@ func (r *RedisStore) flush(ln *lane, batch []*waiter) {
 }
 
 // send decides batch with one call and hands each waiter its outcome.
-func (r *RedisStore) send(ln *lane, batch []*waiter) {
+func (r *RedisStore) send(b *script.Batch, batch []*waiter) {
 	try, probe := r.health.admit()
 	if !try {
 		for _, w := range batch {
@@ -237,7 +258,6 @@ func (r *RedisStore) send(ln *lane, batch []*waiter) {
 	if n := int64(len(batch)); n > r.lanes.largest.Load() {
 		r.lanes.largest.Store(n) // a statistic for tests: a lost race loses nothing
 	}
-	b := &ln.batch
 	b.Reset()
 	for _, w := range batch {
 		b.Add(w.call.gcra != nil, w.call.keys, w.call.args)

@@ -262,3 +262,29 @@ func checkClusterSlot(t *testing.T, c redis.UniversalClient) {
 		}
 	}
 }
+
+// A lane hands out its queue in the order it queued, at most maxBatch at a
+// time, losing and repeating nothing.
+func TestALaneTakesInOrderAndCaps(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{0, 1, maxBatch - 1, maxBatch, maxBatch + 1, 3*maxBatch + 44} {
+		var ln lane
+		ws := make([]*waiter, n)
+		for i := range ws {
+			ws[i] = &waiter{}
+			ln.queue = append(ln.queue, ws[i])
+		}
+		var got []*waiter
+		for len(ln.queue) > 0 {
+			b := ln.take()
+			if len(b) == 0 || len(b) > maxBatch {
+				t.Fatalf("%d queued: a batch of %d", n, len(b))
+			}
+			got = append(got, b...)
+			ln.spare = b[:0]
+		}
+		if !slices.Equal(got, ws) {
+			t.Fatalf("%d queued: taken out of order or lost (%d taken)", n, len(got))
+		}
+	}
+}
