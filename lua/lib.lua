@@ -9,8 +9,9 @@ local floor = math.floor
 
 -- batch_time is the server's TIME read once for all the reservations of a
 -- batch (reserve_batch.lua), which are decided at one instant; nil (every
--- other script): each script reads TIME itself.
-local batch_time = nil
+-- other script): each script reads TIME itself. read_keys and write_tat are
+-- reserve_gcra.lua's reads and writes, which a batch defines.
+local batch_time, read_keys, write_tat = nil, nil, nil
 
 local function fmt(x) return string.format('%.17g', x) end
 

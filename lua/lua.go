@@ -22,8 +22,8 @@ var (
 	// ReserveGCRA is Reserve for one dimension of the GCRA family (the leaky
 	// bucket and GCRA): the same decision and stored state, at a fraction of
 	// Reserve's cost inside Redis. It replies with its transition's inputs.
-	// It reads TIME unless batch_time holds it: alone, it follows
-	// "local batch_time = nil\n" and Ledger.
+	// It reads and writes through batch_time, read_keys and write_tat: alone,
+	// it follows GCRAAlone and Ledger.
 	//
 	//go:embed reserve_gcra.lua
 	ReserveGCRA string
@@ -39,6 +39,12 @@ var (
 	//
 	//go:embed reserve_batch.lua
 	ReserveBatch string
+
+	// GCRAAlone is what ReserveGCRA reads and writes through when it runs
+	// alone: TIME, one MGET, one SET (a batch defines its own).
+	//
+	//go:embed gcra_alone.lua
+	GCRAAlone string
 
 	// Ledger is the rule by which a key of the GCRA family gives back what
 	// reservations did not use (internal/gcra's Ledger), as a function that

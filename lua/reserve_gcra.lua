@@ -35,7 +35,7 @@ if not (cost and cost >= 1 and cost <= 9007199254740992 and cost == math.floor(c
 end
 local lk = KEYS[1] .. ':l' -- the Ledger's first key; the others only for a key that has one
 local ck = KEYS[1] .. ':k' -- a partner's clamp (lib.lua's parse_clamp)
-local got = redis.call('MGET', KEYS[1], KEYS[2], lk, ck)
+local got = read_keys(KEYS[1], KEYS[2], lk, ck) -- MGET (gcra_alone.lua; a batch may answer from its last write)
 local stored, paused = got[1] or '', got[2] or ''
 local tat = nil
 if got[1] then
@@ -125,7 +125,7 @@ local ttl = math.ceil(next_tat - now) -- the time until the key is cold, as rese
 if ttl < 1 then ttl = 1 end
 -- SET ... GET (Redis 6.2+) aborts, writing nothing, when the key holds another
 -- type: the check costs no extra call.
-local set = redis.pcall('SET', KEYS[1], string.format('%.17g', next_tat), 'PX', ttl, 'GET')
+local set = write_tat(KEYS[1], string.format('%.17g', next_tat), ttl) -- SET ... PX ttl GET, as pcall
 if type(set) == 'table' and set.err then
   if string.sub(set.err, 1, 9) == 'WRONGTYPE' then
     return redis.error_reply('TKSTATE 0 holds a value of another type')

@@ -38,9 +38,9 @@ const maxInflight = 2
 
 // waiter states.
 const (
-	waiting int32 = iota
-	claimed       // its batch's reply is being read into its request
-	abandoned     // its caller left: the reply, if a grant, is given back
+	waiting   int32 = iota
+	claimed         // its batch's reply is being read into its request
+	abandoned       // its caller left: the reply, if a grant, is given back
 )
 
 // waiter is one queued reservation.
@@ -50,6 +50,7 @@ type waiter struct {
 	replies uint64 // the server's reply count when it queued (see timedOut)
 	state   atomic.Int32
 	done    chan struct{}
+	reply   any // its script's reply, once done (or err)
 	err     error
 	inputs  *multi // abandoned: a copy of req's inputs, for the give-back
 }
@@ -132,7 +133,7 @@ func (r *RedisStore) coalesce(ctx context.Context, req *multi) error {
 		if r.lanes.batched {
 			w.done = make(chan struct{})
 			r.flush(ln, []*waiter{w})
-			return w.err
+			return r.outcome(w)
 		}
 		err := r.callAlone(ctx, false, &w.call, req)
 		r.release(ln)
@@ -288,11 +289,8 @@ func (r *RedisStore) send(b *script.Batch, batch []*waiter) {
 // deliver hands w its reply v (or err). A waiter whose caller left gets
 // nothing; a slot its reply granted goes back to the key.
 func (r *RedisStore) deliver(w *waiter, v any, err error) {
-	if w.state.CompareAndSwap(waiting, claimed) {
-		if err == nil {
-			err = r.finish(&w.call, w.req, v)
-		}
-		w.err = err
+	if w.state.CompareAndSwap(waiting, claimed) { // its caller reads it (outcome), off this goroutine
+		w.reply, w.err = v, err
 		close(w.done)
 		return
 	}
@@ -328,19 +326,27 @@ func (r *RedisStore) await(ctx context.Context, w *waiter) error {
 	}
 	select {
 	case <-w.done:
-		return w.err
+		return r.outcome(w)
 	case <-ctx.Done():
 	case <-expired:
 	}
 	w.inputs = w.req.inputs()
-	if !w.state.CompareAndSwap(waiting, abandoned) { // its reply is being read: take it
+	if !w.state.CompareAndSwap(waiting, abandoned) { // its reply is being handed over: take it
 		<-w.done
-		return w.err
+		return r.outcome(w)
 	}
 	if err := callerDone(ctx); err != nil {
 		return err
 	}
 	return r.timedOut(w.replies, budget, false)
+}
+
+// outcome reads w's reply, delivered, into its request.
+func (r *RedisStore) outcome(w *waiter) error {
+	if w.err != nil {
+		return w.err
+	}
+	return r.finish(&w.call, w.req, w.reply)
 }
 
 // inputs returns a copy of m's inputs, which its caller may change once it

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -286,5 +287,56 @@ func TestALaneTakesInOrderAndCaps(t *testing.T) {
 		if !slices.Equal(got, ws) {
 			t.Fatalf("%d queued: taken out of order or lost (%d taken)", n, len(got))
 		}
+	}
+}
+
+// A batch's run of reservations on one key without a Ledger or a clamp
+// reads the key once and writes it twice (its first reservation, then its
+// last TAT): the slots, the TAT and the TTL left are those of one call
+// each.
+func TestRedisARunOnOneKeyReadsOnceAndLeavesWhatEachCallWould(t *testing.T) {
+	t.Parallel()
+	_, c := redisClient(t)
+	clock := timer.NewFake(t0)
+	rs := NewRedisStore(c, WithClientClock())
+	s, err := New(rs, PerSecond(10), WithClock(clock), WithPrefix("run:"), WithMaxQueue(time.Hour), WithContractRefresh(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, err := New(NewRedisStore(c, WithClientClock(), WithCoalescing(false)), PerSecond(10), WithClock(clock), WithPrefix("one:"), WithMaxQueue(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigResetStat(bg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	got := make([]time.Duration, n)
+	heldBatch(t, rs, n, func(i int) {
+		r, err := s.Reserve(bg, "k", 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got[i] = r.Delay
+	})
+	stats := c.Info(bg, "commandstats").Val()
+	for _, want := range []string{"cmdstat_mget:calls=1,", "cmdstat_set:calls=2,"} {
+		if !strings.Contains(stats, want) {
+			t.Fatalf("a run of %d on one key: want %s in\n%s", n, want, stats)
+		}
+	}
+	for i := range n {
+		r := mustReserve(t, alone, "k", 1)
+		if r.Delay != got[i] || got[i] != time.Duration(i)*100*time.Millisecond {
+			t.Fatalf("reservation %d: batched %v, one call each %v", i, got[i], r.Delay)
+		}
+	}
+	if a, b := c.Get(bg, "run:{k}").Val(), c.Get(bg, "one:{k}").Val(); a != b || a == "" {
+		t.Fatalf("stored TAT %q batched, %q one call each", a, b)
+	}
+	ta, tb := c.PTTL(bg, "run:{k}").Val(), c.PTTL(bg, "one:{k}").Val()
+	// The TTLs were set from the same fake now, a few ms of real time apart.
+	if d := ta - tb; d < -time.Second/4 || d > time.Second/4 || ta < 500*time.Millisecond {
+		t.Fatalf("TTL left %v batched, %v one call each", ta, tb)
 	}
 }

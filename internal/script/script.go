@@ -27,7 +27,7 @@ var (
 	// cost inside Redis. Build its arguments with ReserveGCRAArgs; read its
 	// reply with ParseReserveGCRA and turn it into the decision with
 	// GCRAReply.Decide.
-	ReserveGCRA = redis.NewScript("local batch_time = nil\n" + lua.Ledger + lua.ReserveGCRA)
+	ReserveGCRA = redis.NewScript(lua.GCRAAlone + lua.Ledger + lua.ReserveGCRA)
 	// ReserveBatch decides many reservations of Reserve and ReserveGCRA in
 	// one call, each exactly as its own call would in that order. Build its
 	// keys and arguments with a Batch; its reply has one element per
