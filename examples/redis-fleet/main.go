@@ -2,9 +2,12 @@
 // Redis. The parent starts an arrival-recording partner on loopback (and a
 // redis-server on a free port unless -redis is given), then starts -procs
 // copies of itself. Each copy paces its requests with a shaper on a
-// RedisStore and sends them from 8 goroutines as fast as its slots allow.
-// The parent prints what the partner saw: per-process and aggregate rates
-// and the most arrivals in any 1 s window.
+// RedisStore and sends them from -goroutines goroutines (8 by default) as
+// fast as its slots allow. The parent prints what the partner saw:
+// per-process and aggregate rates, the most arrivals in any 1 s window, and
+// how many scripts ran on Redis: with many goroutines, each process's
+// RedisStore sends the reservations made while a call is in flight together
+// in its next call (shaper.WithCoalescing).
 //
 // With -change N, the parent changes the fleet's contract to N/s while it
 // runs (Shaper.SetRate from a shaper of its own, after -change-at): every
@@ -17,7 +20,8 @@
 // that reads it clamps the shared key (Shaper.Clamp, through the
 // transport), and every process spreads the N calls left over the reset.
 //
-//	go run ./examples/redis-fleet [-procs 4] [-rate 500] [-duration 5s] [-redis host:port] [-short]
+//	go run ./examples/redis-fleet [-procs 4] [-rate 500] [-goroutines 8] [-duration 5s] [-redis host:port] [-short]
+//	go run ./examples/redis-fleet -rate 20000 -goroutines 64
 //	go run ./examples/redis-fleet -rate 500 -change 200 -change-at 2s -duration 5s
 //	go run ./examples/redis-fleet -rate 500 -clamp 20 -clamp-reset 2s -clamp-at 1s -duration 4s
 //
@@ -40,6 +44,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +66,8 @@ type config struct {
 	change   int           // a new rate, set live (0: none)
 	changeAt time.Duration // when, after the processes start
 
+	goroutines int // per process, each sending as fast as its slots allow
+
 	clamp      int           // calls left that the partner reports once (0: never)
 	clampReset time.Duration // until its reset
 	clampAt    time.Duration // when, after the processes start
@@ -76,6 +83,7 @@ func main() {
 	short := flag.Bool("short", false, "2 processes for 2 s (CI)")
 	flag.IntVar(&c.procs, "procs", 4, "processes sharing the budget")
 	flag.IntVar(&c.rate, "rate", 500, "the shared contract, requests per second")
+	flag.IntVar(&c.goroutines, "goroutines", 8, "goroutines per process sending requests")
 	flag.DurationVar(&c.duration, "duration", 5*time.Second, "how long each process sends")
 	flag.StringVar(&c.redis, "redis", "", "Redis address (default: start redis-server on a free port)")
 	url := flag.String("url", "", "the partner's URL (set by the parent for its workers)")
@@ -124,7 +132,7 @@ func fleetShaper(client redis.UniversalClient, rate int) (*shaper.Shaper, *shape
 // worker is one process of the fleet: it sends requests to url from 8
 // goroutines, each paced by the shared Redis budget, for c.duration.
 func worker(id string, c config, url string) error {
-	client := redis.NewClient(&redis.Options{Addr: c.redis, PoolSize: 16})
+	client := redis.NewClient(&redis.Options{Addr: c.redis, PoolSize: max(16, c.goroutines)})
 	defer client.Close()
 	s, store, err := fleetShaper(client, c.rate)
 	if err != nil {
@@ -139,8 +147,8 @@ func worker(id string, c config, url string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.duration)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for range 8 {
+	errs := make(chan error, c.goroutines)
+	for range c.goroutines {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -217,6 +225,10 @@ type Result struct {
 	// from settle after it to the end, and the aggregate rate then.
 	MostBefore, MostAfter int
 	RateAfter             float64
+	// ScriptCalls is how many scripts the fleet ran on Redis (INFO
+	// commandstats, EVALSHA and EVAL; 0 if unreadable): under load the
+	// store sends many reservations per call (shaper.WithCoalescing).
+	ScriptCalls int64
 	// With a clamp: the departures from clampLead after the partner
 	// reported its calls left to its reset, in all and per process.
 	Clamped           int
@@ -231,8 +243,11 @@ const clampLead = 150 * time.Millisecond
 // measure runs the fleet and returns what the partner saw. It fails if any
 // process fails or the contract is exceeded in some second.
 func measure(w io.Writer, c config) (Result, error) {
-	if c.procs < 1 || c.rate < 1 || c.duration <= 0 {
-		return Result{}, fmt.Errorf("need -procs >= 1, -rate >= 1, -duration > 0")
+	if c.goroutines == 0 {
+		c.goroutines = 8
+	}
+	if c.procs < 1 || c.rate < 1 || c.duration <= 0 || c.goroutines < 1 {
+		return Result{}, fmt.Errorf("need -procs >= 1, -rate >= 1, -duration > 0, -goroutines >= 1")
 	}
 	if c.redis == "" {
 		addr, stop, err := startRedis()
@@ -249,6 +264,7 @@ func measure(w io.Writer, c config) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("redis at %s: %w", c.redis, err)
 	}
+	statsReset := client.ConfigResetStat(context.Background()).Err() == nil
 
 	p := &partner{clamp: c.clamp, clampReset: c.clampReset}
 	if c.clamp > 0 {
@@ -280,7 +296,7 @@ func measure(w io.Writer, c config) (Result, error) {
 		})
 	}
 	for i := range c.procs {
-		cmd := exec.Command(self, "-procs", "1", "-rate", strconv.Itoa(c.rate), "-duration", c.duration.String(), "-redis", c.redis, "-url", srv.URL)
+		cmd := exec.Command(self, "-procs", "1", "-rate", strconv.Itoa(c.rate), "-goroutines", strconv.Itoa(c.goroutines), "-duration", c.duration.String(), "-redis", c.redis, "-url", srv.URL)
 		cmd.Env = append(os.Environ(), workerEnv+"="+strconv.Itoa(i+1))
 		wg.Go(func() {
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -310,6 +326,9 @@ func measure(w io.Writer, c config) (Result, error) {
 	res.ErrorPct = (res.Rate - float64(c.rate)) / float64(c.rate) * 100
 	res.MostIn1s = window.MostInOneSecond(ts)
 	res.MostArr1s = window.MostInOneSecond(sorted(p.arrivals))
+	if statsReset {
+		res.ScriptCalls = scriptCalls(client)
+	}
 	fmt.Fprintf(w, "\n%8s %9s %9s\n", "process", "arrivals", "per s")
 	for i, n := range res.PerWorker {
 		fmt.Fprintf(w, "%8d %9d %9.1f\n", i+1, n, float64(n)/span.Seconds())
@@ -318,6 +337,9 @@ func measure(w io.Writer, c config) (Result, error) {
 	fmt.Fprintf(w, "\naggregate %.1f/s against a contract of %d/s (%+.2f%%)\n", res.Rate, c.rate, res.ErrorPct)
 	fmt.Fprintf(w, "most in any 1 s window: %d departures (limit %d + burst 1), %d arrivals (departures plus loopback jitter)\n",
 		res.MostIn1s, c.rate, res.MostArr1s)
+	if res.ScriptCalls > 0 {
+		fmt.Fprintf(w, "%d scripts ran on Redis: %.2f requests per script\n", res.ScriptCalls, float64(res.Arrivals)/float64(res.ScriptCalls))
+	}
 	if c.change > 0 {
 		return res, c.checkChange(w, &res, ts, changed)
 	}
@@ -439,3 +461,25 @@ func sorted(ts []time.Time) []time.Time {
 // jitterAllowance is the excess over rate + burst in a 1 s window that
 // scheduling lateness can cause: 10 ms of spread (1 %), at least 1.
 func jitterAllowance(rate int) int { return max(1, rate/100) }
+
+// scriptCalls returns how many EVALSHA and EVAL calls the server counted
+// since its statistics were reset (0 if it cannot tell).
+func scriptCalls(client *redis.Client) int64 {
+	info, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+			continue
+		}
+		if calls, ok := strings.CutPrefix(fields, "calls="); ok {
+			calls, _, _ = strings.Cut(calls, ",")
+			v, _ := strconv.ParseInt(calls, 10, 64)
+			n += v
+		}
+	}
+	return n
+}
