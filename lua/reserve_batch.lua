@@ -9,7 +9,8 @@
 -- ARGV[1]: how many reservations; then per reservation its script ('g':
 --   reserve_gcra.lua, 'r': reserve.lua), how many keys and how many
 --   arguments it takes, then those arguments.
--- Reply: per reservation, its script's reply or its error.
+-- Reply: per reservation, its script's reply or its error; then the ms the
+--   batch took from its TIME to its last reservation's end.
 local n = tonumber(ARGV[1])
 -- One instant for all: the server's TIME read once (lib.lua's batch_time),
 -- as if every call of the batch had come at once.
@@ -81,4 +82,9 @@ for m = 1, n do
   out[m] = rep
 end
 flush()
+-- Last, how long the batch took (ms on the server's clock): each
+-- reservation's delay counts from the reply, so the caller takes off the
+-- time the server spent after the batch's TIME.
+local t = redis.call('TIME')
+out[n + 1] = string.format('%.17g', (tonumber(t[1]) - tonumber(batch_time[1])) * 1000 + (tonumber(t[2]) - tonumber(batch_time[2])) / 1000)
 return out

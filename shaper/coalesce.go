@@ -270,13 +270,17 @@ func (r *RedisStore) send(b *script.Batch, batch []*waiter) {
 		return err
 	})
 	var items []any
+	var took float64
 	if err == nil {
-		items, err = script.SplitBatch(v, len(batch))
+		items, took, err = script.SplitBatch(v, len(batch))
 	}
 	for i, w := range batch {
 		if err != nil {
 			r.deliver(w, nil, err)
 			continue
+		}
+		if !r.clientClock { // decided on the batch's TIME: its delay counts from the reply
+			w.call.took = took
 		}
 		if e, ok := items[i].(error); ok {
 			r.deliver(w, nil, e)

@@ -225,14 +225,13 @@ func TestBatchWire(t *testing.T) {
 	if b.Len() != 0 || len(b.Keys) != 0 || len(b.Argv()) != 0 {
 		t.Fatalf("after Reset: %v %v", b.Keys, b.Argv())
 	}
-	if _, err := script.SplitBatch([]any{"x"}, 2); err == nil {
-		t.Fatal("a reply of 1 element for 2 reservations was accepted")
+	for _, bad := range []any{[]any{"x"}, []any{"x", "1", "2"}, "x", []any{"x", "y"}, []any{"x", "-1"}, []any{"x", 1.5}} {
+		if _, _, err := script.SplitBatch(bad, 1); err == nil {
+			t.Fatalf("SplitBatch accepted %v for 1 reservation", bad)
+		}
 	}
-	if _, err := script.SplitBatch("x", 1); err == nil {
-		t.Fatal("a reply that is not a list was accepted")
-	}
-	if items, err := script.SplitBatch([]any{"x", "y"}, 2); err != nil || !slices.Equal(items, []any{"x", "y"}) {
-		t.Fatalf("SplitBatch: %v %v", items, err)
+	if items, took, err := script.SplitBatch([]any{"x", "y", "0.25"}, 2); err != nil || !slices.Equal(items, []any{"x", "y"}) || took != 0.25 {
+		t.Fatalf("SplitBatch: %v %v %v", items, took, err)
 	}
 }
 

@@ -527,6 +527,10 @@ type reserveCall struct {
 	args  []any
 	gcra  *gcra.Kernel // ReserveGCRA's kernel (nil: Reserve), within the caller's deadline
 	floor float64      // ReserveGCRA: the handoff floor passed (0: none)
+	// took is how long (ms) the server ran after deciding this reservation
+	// on its TIME, before it replied: a batch's (see coalesce.go). A delay
+	// counts from the reply, so it is taken off.
+	took float64
 }
 
 func (c *reserveCall) script() *redis.Script {
@@ -581,7 +585,7 @@ func (r *RedisStore) finish(c *reserveCall, req *multi, v any) error {
 		if err != nil {
 			return err
 		}
-		req.dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, rep.Wait), Binding: rep.Binding, Wait: rep.Wait, Took: rep.Took}
+		req.dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, c.fromReply(rep.Allowed, rep.Wait)), Binding: rep.Binding, Wait: rep.Wait, Took: rep.Took}
 		req.dec.Remaining = gcra.Units(rep.Remaining)
 		req.tags, req.seqs = rep.Tags, rep.Seqs
 		req.at = rep.Now + rep.Wait // as the script computed it
@@ -597,7 +601,7 @@ func (r *RedisStore) finish(c *reserveCall, req *multi, v any) error {
 	if err != nil {
 		return err
 	}
-	req.dec = algorithms.AllDecision{Decision: decisionOf(allowed, wait), Binding: rep.Binding, Wait: wait}
+	req.dec = algorithms.AllDecision{Decision: decisionOf(allowed, c.fromReply(allowed, wait)), Binding: rep.Binding, Wait: wait}
 	if allowed {
 		req.dec.Took = 1
 		req.dec.Remaining = k.Remaining(tag, rep.Now)
@@ -618,6 +622,16 @@ func (r *RedisStore) finish(c *reserveCall, req *multi, v any) error {
 		}
 	}
 	return nil
+}
+
+// fromReply returns an admitted reservation's delay counted from the reply:
+// wait, counted from the instant the server decided at, less what the
+// server ran after it (took), never below 0; a refusal's wait unchanged.
+func (c *reserveCall) fromReply(allowed bool, wait float64) float64 {
+	if !allowed || c.took <= 0 {
+		return wait
+	}
+	return max(wait-c.took, 0)
 }
 
 // dimsArgs returns the ARGV of Reserve or Status for algs and costs (a

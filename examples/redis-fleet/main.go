@@ -66,7 +66,8 @@ type config struct {
 	change   int           // a new rate, set live (0: none)
 	changeAt time.Duration // when, after the processes start
 
-	goroutines int // per process, each sending as fast as its slots allow
+	goroutines int           // per process, each sending as fast as its slots allow
+	spread     time.Duration // the departures' wake-up lateness allowed (jitterAllowance; 0: 10 ms)
 
 	clamp      int           // calls left that the partner reports once (0: never)
 	clampReset time.Duration // until its reset
@@ -352,7 +353,7 @@ func measure(w io.Writer, c config) (Result, error) {
 	// rate x spread more. docs/SHAPER.md ("Slots and departures") has the
 	// figures; a partner that counts strictly wants a rate a percent below
 	// its limit. An excess above that allowance is a failure.
-	if allowed := c.rate + 1 + jitterAllowance(c.rate); res.MostIn1s > allowed {
+	if allowed := c.rate + 1 + jitterAllowance(c.rate, c.spread); res.MostIn1s > allowed {
 		return res, fmt.Errorf("the contract was exceeded: %d departures in one second (allowed %d)", res.MostIn1s, allowed)
 	}
 	return res, nil
@@ -379,7 +380,7 @@ func (c config) checkChange(w io.Writer, res *Result, ts []time.Time, changed ti
 	res.RateAfter = float64(len(after)-1) / after[len(after)-1].Sub(after[0]).Seconds()
 	fmt.Fprintf(w, "before the change: most in 1 s %d (limit %d + 1)\n", res.MostBefore, c.rate)
 	fmt.Fprintf(w, "from %v after it: most in 1 s %d (limit %d + 1), aggregate %.1f/s\n", settle, res.MostAfter, c.change, res.RateAfter)
-	if allowed := c.change + 1 + jitterAllowance(c.change); res.MostAfter > allowed {
+	if allowed := c.change + 1 + jitterAllowance(c.change, c.spread); res.MostAfter > allowed {
 		return fmt.Errorf("the new contract was exceeded once the fleet followed it: %d departures in one second (allowed %d)", res.MostAfter, allowed)
 	}
 	if c.change < c.rate && res.MostAfter < c.change*9/10 {
@@ -459,8 +460,14 @@ func sorted(ts []time.Time) []time.Time {
 }
 
 // jitterAllowance is the excess over rate + burst in a 1 s window that
-// scheduling lateness can cause: 10 ms of spread (1 %), at least 1.
-func jitterAllowance(rate int) int { return max(1, rate/100) }
+// scheduling lateness can cause: spread's worth of the rate (10 ms, 1 %,
+// unless config.spread says otherwise), at least 1.
+func jitterAllowance(rate int, spread time.Duration) int {
+	if spread <= 0 {
+		spread = 10 * time.Millisecond
+	}
+	return max(1, int(float64(rate)*spread.Seconds()))
+}
 
 // scriptCalls returns how many EVALSHA and EVAL calls the server counted
 // since its statistics were reset (0 if it cannot tell).

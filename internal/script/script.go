@@ -376,13 +376,19 @@ func (b *Batch) Argv() []any {
 }
 
 // SplitBatch returns the reply of each of ReserveBatch's n reservations,
-// as its own script would have replied: a value, or an error.
-func SplitBatch(v any, n int) ([]any, error) {
+// as its own script would have replied (a value, or an error), and how
+// long the batch ran on the server after it read TIME (ms).
+func SplitBatch(v any, n int) ([]any, float64, error) {
 	items, ok := v.([]any)
-	if !ok || len(items) != n {
-		return nil, fmt.Errorf("throttlekit: batch reply %T of %d elements, want %d", v, lenOf(v), n)
+	if !ok || len(items) != n+1 {
+		return nil, 0, fmt.Errorf("throttlekit: batch reply %T of %d elements, want %d", v, lenOf(v), n+1)
 	}
-	return items, nil
+	s, ok := items[n].(string)
+	took, err := strconv.ParseFloat(s, 64)
+	if !ok || err != nil || !(took >= 0 && took < 1e9) {
+		return nil, 0, fmt.Errorf("throttlekit: batch reply ends with %v, want the ms it took", items[n])
+	}
+	return items[:n], took, nil
 }
 
 func lenOf(v any) int {
