@@ -54,7 +54,7 @@ func runKept(ctx context.Context, c *redis.Client, sc *redis.Script, keys []stri
 // loadScripts loads the scripts runKept runs, which sends EVALSHA only.
 func loadScripts(t *testing.T, c *redis.Client) {
 	t.Helper()
-	for _, s := range []*redis.Script{script.Reserve, script.ReserveGCRA, script.Status} {
+	for _, s := range []*redis.Script{script.Reserve, script.ReserveGCRA, script.Status, script.ReserveBatch} {
 		if err := s.Load(context.Background(), c).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -249,14 +249,48 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if kind, p := algs[0].Params(); len(algs) == 1 && kind == "g" {
+			// The batch script (the store's coalescing) runs the same
+			// reservation, through Reserve's body and, for the GCRA family,
+			// ReserveGCRA's, on keys of its own: the very same replies and
+			// stored states.
+			var batch script.Batch
+			bkeys := make([]string, len(keys))
+			for i, k := range keys {
+				bkeys[i] = "b" + k
+			}
+			batch.Add(false, bkeys, args)
+			kind, p := algs[0].Params()
+			gcraToo := len(algs) == 1 && kind == "g"
+			params := script.GCRAParams(p)
+			if gcraToo {
+				batch.Add(true, stateAndPause("bg"+keys[0]), script.ReserveGCRAArgs(script.Float(now), &params, cost))
+			}
+			bv, err := runKept(ctx, client, script.ReserveBatch, batch.Keys, batch.Argv()...)
+			if err != nil {
+				t.Fatalf("config %d step %d: batch: %v", ci, si, err)
+			}
+			items, _, err := script.SplitBatch(bv, batch.Len())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if brep, err := script.ParseReserve(items[0], len(algs)); err != nil || fmt.Sprint(brep) != fmt.Sprint(rep) {
+				t.Fatalf("config %d step %d: the batch's Reserve gives %+v (%v), Reserve alone %+v", ci, si, brep, err, rep)
+			}
+			for i := range len(algs) {
+				if a, b := client.Get(ctx, bkeys[2*i]).Val(), client.Get(ctx, keys[2*i]).Val(); a != b {
+					t.Fatalf("config %d step %d: the batch's Reserve stored %q, Reserve alone %q", ci, si, a, b)
+				}
+			}
+			if gcraToo {
 				// The single-dimension GCRA script: the very same reply and
 				// stored state as Reserve, on keys of its own.
 				gkeys := stateAndPause("g" + keys[0])
-				params := script.GCRAParams(p)
 				gv, err := runKept(ctx, client, script.ReserveGCRA, gkeys, script.ReserveGCRAArgs(script.Float(now), &params, cost)...)
 				if err != nil {
 					t.Fatalf("config %d step %d: ReserveGCRA: %v", ci, si, err)
+				}
+				if fmt.Sprint(items[1]) != fmt.Sprint(gv) || client.Get(ctx, "bg"+keys[0]).Val() != client.Get(ctx, gkeys[0]).Val() {
+					t.Fatalf("config %d step %d: the batch's ReserveGCRA replies %v, alone %v", ci, si, items[1], gv)
 				}
 				grep, err := script.ParseReserveGCRA(gv, now)
 				if err != nil {

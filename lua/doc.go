@@ -12,7 +12,10 @@
 // transition's inputs and the store recomputes the figures with the Go
 // kernel. Ledger ports the rule by which a key gives back what settled and
 // cancelled reservations did not use; the scripts call it only for a key
-// that has a Ledger.
+// that has a Ledger. ReserveBatch decides many reservations in one call
+// (the store's coalescing) by running the bodies of ReserveGCRA and Reserve
+// in turn, each under pcall, so that every reservation gets its own reply or
+// error, exactly as its own call would.
 //
 // A key's state is stored as its numbers (%.17g) separated by spaces, with a
 // TTL after which the state is equivalent to a cold key. The conformance

@@ -11,30 +11,51 @@ import (
 	"github.com/throttlekit/throttlekit-go/internal/script"
 )
 
-// Coalescing: the reservations a process makes on one hash slot while a
-// call for that slot is in flight are decided together by the next call,
+// Coalescing: the reservations a process makes on one hash slot while its
+// calls for that slot are in flight are decided together by a later call,
 // one script execution (script.ReserveBatch) that runs each reservation's
 // own script in turn. A lane is one hash slot's queue (every key, on a
-// single node, where scripts may span slots). A reservation that finds its
-// lane idle makes its call alone, at once, exactly as without coalescing;
-// the reservations that arrive meanwhile queue, and when that call returns
-// one goroutine sends them all as one call, and again for those that
-// arrived during it, until the lane is idle. Each reservation's slot is the
-// one its own call would have had at its place in the batch; nothing is
-// reserved for anyone in advance.
+// single node, where scripts may span slots). A reservation that finds
+// fewer than the lane's limit of calls in flight and nobody queued makes
+// its call alone, at once, exactly as without coalescing; the ones that
+// arrive while the limit is reached queue, and when a call returns one
+// goroutine sends the queue (up to maxBatch) as one call, and again for
+// those that arrived meanwhile, until the queue is empty. Each
+// reservation's slot is the one its own call would have had at its place
+// in the batch; nothing is reserved for anyone in advance.
 
 // lane is one hash slot's queue.
 type lane struct {
 	mu       sync.Mutex
-	inflight int       // calls in flight (or about to be), at most maxInflight
+	inflight int       // calls in flight (or about to be), at most its limit
+	wide     bool      // its batches are small: up to wideInflight calls go at once
+	small    int       // consecutive batches below wideBelow
 	queue    []*waiter // the reservations for the next call
 	spare    []*waiter // a sent batch's array, for reuse
 }
 
-// maxInflight is how many calls a lane has in flight at once: two, so
-// that the server decides one batch while the other's reply travels and
-// the next one queues.
-const maxInflight = 2
+// A lane sends a reservation alone, at once, while fewer than its limit of
+// calls are in flight: narrowInflight, so that under heavy load the
+// reservations queue into large batches while the server decides one
+// batch and the other's reply travels; or wideInflight once wideAfter
+// batches in a row were small (below wideBelow), where queueing would only
+// add a round trip to each reservation's wait. One large batch makes the
+// lane narrow again. So a lane with a few concurrent callers runs like one
+// call per reservation, and one with many coalesces.
+const (
+	narrowInflight = 2
+	wideInflight   = 8
+	wideBelow      = 4
+	wideAfter      = 8
+)
+
+// limit is how many calls ln may have in flight (ln.mu held).
+func (ln *lane) limit() int {
+	if ln.wide {
+		return wideInflight
+	}
+	return narrowInflight
+}
 
 // waiter states.
 const (
@@ -127,7 +148,7 @@ func (r *RedisStore) coalesce(ctx context.Context, req *multi) error {
 	r.prepare(&w.call, req) // before the lock: building the args runs beside the call in flight
 	ln := r.lanes.of(req.slot)
 	ln.mu.Lock()
-	if ln.inflight < maxInflight && len(ln.queue) == 0 && !r.lanes.held.Load() { // this call goes at once, alone
+	if ln.inflight < ln.limit() && len(ln.queue) == 0 && !r.lanes.held.Load() { // this call goes at once, alone
 		ln.inflight++
 		ln.mu.Unlock()
 		if r.lanes.batched {
@@ -211,8 +232,15 @@ func (r *RedisStore) release(ln *lane) {
 const maxBatch = 128
 
 // take returns the next call's reservations: the queue's first maxBatch,
-// in the order they queued (ln.mu held).
+// in the order they queued (ln.mu held). The batch's size sets the lane's
+// limit of calls in flight.
 func (ln *lane) take() []*waiter {
+	if len(ln.queue) < wideBelow {
+		ln.small++
+		ln.wide = ln.small >= wideAfter
+	} else {
+		ln.small, ln.wide = 0, false
+	}
 	if len(ln.queue) <= maxBatch {
 		batch := ln.queue
 		ln.queue, ln.spare = ln.spare[:0], nil

@@ -339,3 +339,33 @@ func TestRedisARunOnOneKeyReadsOnceAndLeavesWhatEachCallWould(t *testing.T) {
 		t.Fatalf("TTL left %v batched, %v one call each", ta, tb)
 	}
 }
+
+// A lane goes wide (more calls in flight, each alone) only after wideAfter
+// small batches in a row, and narrow again at the first large one.
+func TestALaneWidensOnlyForSmallBatches(t *testing.T) {
+	t.Parallel()
+	var ln lane
+	send := func(n int) {
+		for range n {
+			ln.queue = append(ln.queue, &waiter{})
+		}
+		ln.spare = ln.take()[:0]
+	}
+	for i := range wideAfter {
+		if ln.limit() != narrowInflight {
+			t.Fatalf("after %d small batches the limit is %d", i, ln.limit())
+		}
+		send(wideBelow - 1)
+	}
+	if ln.limit() != wideInflight {
+		t.Fatalf("after %d small batches the limit is %d, want %d", wideAfter, ln.limit(), wideInflight)
+	}
+	send(wideBelow)
+	if ln.limit() != narrowInflight {
+		t.Fatalf("after a batch of %d the limit is %d, want %d", wideBelow, ln.limit(), narrowInflight)
+	}
+	send(1)
+	if ln.limit() != narrowInflight {
+		t.Fatal("one small batch widened the lane")
+	}
+}

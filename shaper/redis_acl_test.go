@@ -63,7 +63,7 @@ func TestTheDocumentedACLRuleIsExact(t *testing.T) {
 	t.Parallel()
 	rule, cluster := aclRules(t)
 	used := map[string]bool{"evalsha": true, "eval": true, "del": true, "pttl": true} // the store's own: scripts, Reset, a pause's time left
-	for _, src := range []string{lua.Lib, lua.Ledger, lua.Reserve, lua.ReserveGCRA, lua.Settle, lua.Status, lua.Pause, lua.Contract, lua.Clamp} {
+	for _, src := range []string{lua.Lib, lua.Ledger, lua.Reserve, lua.ReserveGCRA, lua.GCRAAlone, lua.ReserveBatch, lua.Settle, lua.Status, lua.Pause, lua.Contract, lua.Clamp} {
 		for _, m := range regexp.MustCompile(`redis\.p?call\('([A-Z]+)'`).FindAllStringSubmatch(src, -1) {
 			used[strings.ToLower(m[1])] = true
 		}
