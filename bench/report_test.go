@@ -550,6 +550,19 @@ func usedMemory(t testing.TB, c *redis.Client) int64 {
 	return 0
 }
 
+// perScript is the requests a fleet sent per script Redis ran (0 when the
+// fleet could not count its scripts).
+func perScript(perWorker []int, scripts int64) float64 {
+	if scripts <= 0 {
+		return 0
+	}
+	n := 0
+	for _, w := range perWorker {
+		n += w
+	}
+	return float64(n) / float64(scripts)
+}
+
 func (r *report) fleet(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "redis-fleet")
 	build := exec.Command("go", "build", "-o", bin, "./examples/redis-fleet")
@@ -560,13 +573,14 @@ func (r *report) fleet(t *testing.T) {
 	srv := redistest.Start(t)
 	const contract = 500
 	r.printf("## Fleet\n\n`examples/redis-fleet`: %d OS processes, 8 goroutines each, share %d/s through one Redis for %v; each request stamps its departure, and the partner records departures and arrivals.\n\n", r.sc.fleetN, contract, r.sc.fleetFor)
-	r.printf("| run | aggregate /s | error | most departures in 1 s | most arrivals in 1 s | per process |\n| ---: | ---: | ---: | ---: | ---: | --- |\n")
+	r.printf("| run | aggregate /s | error | most departures in 1 s | most arrivals in 1 s | per process | requests per Redis script |\n| ---: | ---: | ---: | ---: | ---: | --- | ---: |\n")
 	type result struct {
-		Rate      float64
-		ErrorPct  float64
-		MostIn1s  int
-		MostArr1s int
-		PerWorker []int
+		Rate        float64
+		ErrorPct    float64
+		MostIn1s    int
+		MostArr1s   int
+		PerWorker   []int
+		ScriptCalls int64
 	}
 	var errs []float64
 	worst := 0
@@ -580,7 +594,7 @@ func (r *report) fleet(t *testing.T) {
 		}
 		errs = append(errs, res.ErrorPct)
 		worst = max(worst, res.MostArr1s, res.MostIn1s)
-		r.printf("| %d | %.1f | %+.2f%% | %d | %d | %v |\n", i+1, res.Rate, res.ErrorPct, res.MostIn1s, res.MostArr1s, res.PerWorker)
+		r.printf("| %d | %.1f | %+.2f%% | %d | %d | %v | %.2f |\n", i+1, res.Rate, res.ErrorPct, res.MostIn1s, res.MostArr1s, res.PerWorker, perScript(res.PerWorker, res.ScriptCalls))
 	}
 	e := median(errs)
 	r.printf("\nTargets: aggregate within 1%% of %d/s: median **%+.2f%%**, %s; never above %d in any 1 s window: worst **%d**, %s. ",

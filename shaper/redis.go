@@ -93,13 +93,15 @@ func WithRedisTimeout(d time.Duration) RedisOption {
 // Redis TIME (for tests; every host must then agree on the time).
 func WithClientClock() RedisOption { return func(r *RedisStore) { r.clientClock = true } }
 
-// WithCoalescing turns coalescing on (the default) or off. With it, the
-// reservations a process makes on one hash slot while a call for that slot
-// is in flight go together in the next call, one script execution that
+// WithCoalescing turns coalescing on (the default) or off. With it, a
+// process keeps few calls in flight per hash slot (two under heavy load, up
+// to eight while few callers overlap); the reservations it makes while they
+// are in flight go together in the next call, one script execution that
 // decides each in turn, with its own cost, slot, MaxQueue and deadline
 // decision and its own error, exactly as its own call would have at that
-// place in the sequence. A reservation that finds no call in flight goes at
-// once, alone. Off, every reservation makes its own call. Coalescing
+// place in the sequence. A reservation that finds room goes at once, alone,
+// so an idle process pays one round trip. Off, every reservation makes its
+// own call. Coalescing
 // applies to a *redis.Client (a single node, or Sentinel) and a
 // *redis.ClusterClient (one batch per hash slot, never spanning two); a
 // Ring or another client makes one call per reservation. docs/REDIS.md
