@@ -126,11 +126,7 @@ func TestRedisBatchesDecideAsOneCallEach(t *testing.T) {
 			if l := rs.lanes.largest.Load(); l < 8 && c == node {
 				t.Fatalf("%s: the largest batch on a node decided %d reservations; the rounds hold up to 12", sc.name, l)
 			}
-			for j := range want {
-				if got[j] != want[j] {
-					t.Fatalf("%s on %T: step %d\n memory: %s\n  redis: %s", sc.name, c, j, want[j], got[j])
-				}
-			}
+			sameTranscript(t, fmt.Sprintf("%s on %T", sc.name, c), "memory", want, got)
 		}
 	}
 }

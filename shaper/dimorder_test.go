@@ -81,11 +81,7 @@ func TestDimensionOrderNeverChangesTheResult(t *testing.T) {
 				want = got
 				continue
 			}
-			for j := range want {
-				if got[j] != want[j] {
-					t.Fatalf("%s, order %s/%s/%s: step %d\n first: %s\n   got: %s", st.name, dims[0].Name, dims[1].Name, dims[2].Name, j, want[j], got[j])
-				}
-			}
+			sameTranscript(t, fmt.Sprintf("%s, order %s/%s/%s", st.name, dims[0].Name, dims[1].Name, dims[2].Name), "the first order", want, got)
 		}
 	}
 	// The run must have exercised what it claims: shared accounts binding,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +138,20 @@ func runScenarioKeys(t *testing.T, s *Shaper, clock *timer.Fake, seed uint64, od
 	return out
 }
 
+// sameTranscript fails t at the first step where got differs from want,
+// the transcript of the reference (ref), or when their lengths differ.
+func sameTranscript(t *testing.T, what, ref string, want, got []string) {
+	t.Helper()
+	for j := range min(len(want), len(got)) {
+		if got[j] != want[j] {
+			t.Fatalf("%s: step %d\n %s: %s\n      got: %s", what, j, ref, want[j], got[j])
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d steps, %s %d", what, len(got), ref, len(want))
+	}
+}
+
 func errText(err error) string {
 	if err == nil {
 		return "ok"
@@ -175,11 +188,7 @@ func conformance(t *testing.T, client redis.UniversalClient, batched bool) {
 		}
 		want := runScenario(t, ms, memClock, uint64(i), nil)
 		got := runScenario(t, rs, redisClock, uint64(i), nil)
-		for j := range want {
-			if got[j] != want[j] {
-				t.Fatalf("%s: step %s\n memory: %s\n  redis: %s", sc.name, strconv.Itoa(j), want[j], got[j])
-			}
-		}
+		sameTranscript(t, sc.name, "memory", want, got)
 	}
 }
 
@@ -336,11 +345,7 @@ func TestEdgeInputsAreTheSameOnEveryStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := edgeRun(rs, clock)
-			for j := range want {
-				if got[j] != want[j] {
-					t.Fatalf("%s on %T: step %d\n memory: %s\n  redis: %s", sc.name, client, j, want[j], got[j])
-				}
-			}
+			sameTranscript(t, fmt.Sprintf("%s on %T", sc.name, client), "memory", want, got)
 		}
 	}
 }
