@@ -393,9 +393,19 @@ func (r *RedisStore) call(ctx context.Context, probe bool, f func(context.Contex
 	case callerDone(ctx) != nil:
 		// the caller left: this says nothing of the server
 	case classify(err) == failDown:
+		// A server that refused this client's credentials closes the
+		// connection of a command it refused before AUTH ("unauthenticated
+		// multibulk"): the next call on it finds it closed. That is the same
+		// refusal, not an outage the policy may serve.
+		if refused := r.health.refusal(); refused != nil {
+			return refused
+		}
 		r.health.down()
 	case errors.As(err, &reply):
 		r.health.answered()
+		if classify(err) == failConfig {
+			r.health.refused(err)
+		}
 	}
 	return err
 }

@@ -137,6 +137,21 @@ type health struct {
 
 	mu   sync.Mutex
 	wake chan struct{} // closed when the server is judged down
+
+	refusedBy atomic.Pointer[error] // the last refusal of this client's credentials (failConfig), until an answer
+}
+
+// refused records err, a refusal of this client's credentials or
+// permissions (failConfig).
+func (h *health) refused(err error) { h.refusedBy.Store(&err) }
+
+// refusal returns the refusal recorded since the server last answered a
+// call, or nil.
+func (h *health) refusal() error {
+	if p := h.refusedBy.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func newHealth() *health { return &health{wake: make(chan struct{})} }
@@ -161,6 +176,9 @@ func (h *health) admit() (try, probe bool) {
 // it is up.
 func (h *health) answered() {
 	h.replies.Add(1)
+	if h.refusedBy.Load() != nil {
+		h.refusedBy.Store(nil)
+	}
 	if h.downUntil.Load() != 0 {
 		h.downUntil.Store(0)
 	}
