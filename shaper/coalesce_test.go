@@ -365,3 +365,27 @@ func TestALaneWidensOnlyForSmallBatches(t *testing.T) {
 		t.Fatal("one small batch widened the lane")
 	}
 }
+
+// A node (or Sentinel) client has one lane for every key, a cluster client
+// one per hash slot, and a Ring, which places keys by their hash tag and
+// not their slot, none: its reservations make one call each.
+func TestLanesFollowTheClient(t *testing.T) {
+	t.Parallel()
+	node := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	t.Cleanup(func() { _, _, _ = node.Close(), cluster.Close(), ring.Close() })
+	if l := newLanes(node); l == nil || l.of("a") != l.of("b") {
+		t.Fatal("a node client: want one lane for every key")
+	}
+	l := newLanes(cluster)
+	if l == nil || l.of("a") == l.of("b") || l.of("a") != l.of("a") {
+		t.Fatal("a cluster client: want a lane per hash slot")
+	}
+	if clusterSlot("a") == clusterSlot("b") {
+		t.Fatal("the test's keys share a slot")
+	}
+	if newLanes(ring) != nil || NewRedisStore(ring).lanes != nil || NewRedisStore(node, WithCoalescing(false)).lanes != nil {
+		t.Fatal("a Ring, or coalescing off: want no lanes")
+	}
+}
