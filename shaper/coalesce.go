@@ -333,9 +333,19 @@ func (r *RedisStore) deliver(w *waiter, v any, err error) {
 	if r.finish(&w.call, req, v) != nil || !req.dec.Allowed {
 		return
 	}
+	// As Cancel, only a slot still ahead goes back: its delay counts from
+	// now (the reply) on Redis TIME, from its decision on the client clock.
+	now := algorithms.Millis(req.dims[0].clock.Now())
+	left := algorithms.DurationMillis(req.dec.Delay)
+	if r.clientClock {
+		left = req.at - now
+	}
+	if left <= 0 {
+		return
+	}
 	req.keepTook()
 	st := &settlement{keyset: req.keyset, tags: req.tags, seqs: req.seqs, costs: req.costs, at: req.at,
-		now: algorithms.Millis(req.dims[0].clock.Now()), holes: len(req.dims) == 1 && req.dims[0].name == ""}
+		now: now, holes: len(req.dims) == 1 && req.dims[0].name == ""}
 	r.lanes.refunds.Add(1)
 	go func() {
 		defer r.lanes.refunds.Done()

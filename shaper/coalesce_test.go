@@ -389,3 +389,32 @@ func TestLanesFollowTheClient(t *testing.T) {
 		t.Fatal("a Ring, or coalescing off: want no lanes")
 	}
 }
+
+// As Cancel, a grant nobody waits for goes back only while its slot is
+// still ahead: one whose slot has passed when its batch returns is kept.
+func TestRedisAPassedGrantNobodyWaitsForIsKept(t *testing.T) {
+	t.Parallel()
+	_, c := redisClient(t)
+	clock := timer.NewFake(t0)
+	rs := NewRedisStore(c, WithClientClock())
+	s, err := New(rs, PerSecond(10), WithClock(clock), WithPrefix("passed:"), WithMaxQueue(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustReserve(t, s, "k", 1) // at once; the next slot is 100 ms away
+	ctx, cancel := context.WithCancel(bg)
+	rs.lanes.held.Store(true)
+	done := make(chan struct{})
+	go func() { _, _ = s.Reserve(ctx, "k", 1); close(done) }()
+	for rs.lanes.queued() == 0 {
+		time.Sleep(50 * time.Microsecond) // a goroutine starting: how long does not matter
+	}
+	cancel()
+	<-done
+	clock.Advance(150 * time.Millisecond) // its slot (100 ms) passes before its batch returns
+	rs.lanes.releaseHeld(rs)
+	rs.lanes.settled()
+	if r := mustReserve(t, s, "k", 1); r.Delay != 50*time.Millisecond {
+		t.Fatalf("after a passed grant nobody took, the next slot is %v away, want 50ms (at 200 ms)", r.Delay)
+	}
+}
