@@ -73,7 +73,7 @@ type waiter struct {
 	done    chan struct{}
 	reply   any // its script's reply, once done (or err)
 	err     error
-	inputs  *multi // abandoned: a copy of req's inputs, for the give-back
+	inputs  *multi // a copy of req's inputs: for restamp (client clock) and the give-back of a caller that left
 }
 
 // lanes maps hash slots to their lanes: one lane for a single node, one
@@ -161,9 +161,37 @@ func (r *RedisStore) coalesce(ctx context.Context, req *multi) error {
 		return err
 	}
 	w.done = make(chan struct{})
+	if r.clientClock { // restamp reads them once w is queued
+		w.inputs = req.inputs()
+	}
 	ln.queue = append(ln.queue, w)
 	ln.mu.Unlock()
 	return r.await(ctx, w)
+}
+
+// restamp makes a queued reservation's call decide at the instant its
+// batch is sent, on the client clock (WithClientClock; on Redis TIME the
+// batch reads TIME when it runs). Decided at the instant its caller made it,
+// a reservation that queued would be decided earlier than what other
+// callers decided since, and a key whose TTL their decisions set would
+// look cold to it. Its caller's deadline counts from its own instant: the
+// call waits that much less.
+func (r *RedisStore) restamp(w *waiter) {
+	in := w.inputs
+	if in == nil { // sent the instant it was made (a test's batch of one)
+		return
+	}
+	late := algorithms.Millis(in.dims[0].clock.Now()) - in.now
+	if late <= 0 {
+		return
+	}
+	at := *in
+	at.now += late
+	if at.limit < noLimit {
+		at.limit -= late
+	}
+	r.prepare(&w.call, &at)
+	w.call.late = late
 }
 
 // releaseHeld ends held (for tests): each lane sends what queued meanwhile.
@@ -289,6 +317,9 @@ func (r *RedisStore) send(b *script.Batch, batch []*waiter) {
 	}
 	b.Reset()
 	for _, w := range batch {
+		if r.clientClock {
+			r.restamp(w)
+		}
 		b.Add(w.call.gcra != nil, w.call.keys, w.call.args)
 	}
 	var v any
@@ -356,7 +387,8 @@ func (r *RedisStore) deliver(w *waiter, v any, err error) {
 }
 
 // await waits for w's outcome, or for its caller's ctx, or (when a failure
-// policy can serve it before its deadline) for its budget (see budget).
+// policy can serve it before its deadline) for its budget (see budget) if
+// the server has answered nobody meanwhile.
 func (r *RedisStore) await(ctx context.Context, w *waiter) error {
 	var expired <-chan time.Time
 	budget := r.timeout
@@ -366,13 +398,26 @@ func (r *RedisStore) await(ctx context.Context, w *waiter) error {
 		defer t.Stop()
 		expired = t.C
 	}
-	select {
-	case <-w.done:
-		return r.outcome(w)
-	case <-ctx.Done():
-	case <-expired:
+wait:
+	for {
+		select {
+		case <-w.done:
+			return r.outcome(w)
+		case <-ctx.Done():
+			break wait
+		case <-expired:
+			if !r.health.silentSince(w.replies) {
+				// The server answers: w waits behind calls in flight, as a
+				// call waits for a connection, bounded by its ctx alone.
+				expired = nil
+				continue
+			}
+			break wait
+		}
 	}
-	w.inputs = w.req.inputs()
+	if w.inputs == nil { // restamp may be reading it: it is never replaced
+		w.inputs = w.req.inputs()
+	}
 	if !w.state.CompareAndSwap(waiting, abandoned) { // its reply is being handed over: take it
 		<-w.done
 		return r.outcome(w)

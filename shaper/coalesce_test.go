@@ -391,7 +391,9 @@ func TestLanesFollowTheClient(t *testing.T) {
 }
 
 // As Cancel, a grant nobody waits for goes back only while its slot is
-// still ahead: one whose slot has passed when its batch returns is kept.
+// still ahead: one whose slot has come when its batch returns is kept. (On
+// the client clock a queued reservation is decided when its batch is sent:
+// 150 ms here, where its slot is, since the key is free.)
 func TestRedisAPassedGrantNobodyWaitsForIsKept(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
@@ -411,10 +413,122 @@ func TestRedisAPassedGrantNobodyWaitsForIsKept(t *testing.T) {
 	}
 	cancel()
 	<-done
-	clock.Advance(150 * time.Millisecond) // its slot (100 ms) passes before its batch returns
+	clock.Advance(150 * time.Millisecond) // the batch decides at 150 ms: its slot is then
 	rs.lanes.releaseHeld(rs)
 	rs.lanes.settled()
-	if r := mustReserve(t, s, "k", 1); r.Delay != 50*time.Millisecond {
-		t.Fatalf("after a passed grant nobody took, the next slot is %v away, want 50ms (at 200 ms)", r.Delay)
+	if r := mustReserve(t, s, "k", 1); r.Delay != 100*time.Millisecond {
+		t.Fatalf("after a grant nobody took whose slot had come, the next slot is %v away, want 100ms (at 250 ms)", r.Delay)
+	}
+}
+
+// Callers that leave while queued never cost the contract: rounds of
+// batches on one key where random callers leave before their batch returns
+// and time passes meanwhile (so some grants given back are still ahead and
+// some have passed), then reservations after them. Every slot a caller
+// kept is at least one interval from every other, on a node and on the
+// cluster.
+func TestRedisCallersThatLeaveKeepTheContract(t *testing.T) {
+	t.Parallel()
+	node, cluster := nodeAndCluster(t)
+	for ci, c := range []redis.UniversalClient{node, cluster} {
+		for seed := range uint64(6) {
+			rng := rand.New(rand.NewPCG(seed, 5))
+			clock := timer.NewFake(t0)
+			rs := NewRedisStore(c, WithClientClock())
+			s, err := New(rs, PerSecond(10), WithClock(clock), WithPrefix(fmt.Sprintf("leave%d-%d:", ci, seed)), WithMaxQueue(3*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kept []time.Time
+			for range 8 {
+				n := 2 + rng.IntN(8)
+				ctxs := make([]context.Context, n)
+				cancels := make([]context.CancelFunc, n)
+				for i := range n {
+					ctxs[i], cancels[i] = context.WithCancel(bg)
+				}
+				got := make([]Reservation, n)
+				errs := make([]error, n)
+				rs.lanes.held.Store(true)
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Go(func() { got[i], errs[i] = s.Reserve(ctxs[i], "k", 1) })
+					for rs.lanes.queued() < i+1 {
+						time.Sleep(50 * time.Microsecond) // a goroutine starting: how long does not matter
+					}
+				}
+				for i := range n {
+					if rng.IntN(3) == 0 {
+						cancels[i]()
+					}
+				}
+				clock.Advance(time.Duration(rng.IntN(400)) * time.Millisecond)
+				rs.lanes.releaseHeld(rs)
+				wg.Wait()
+				rs.lanes.settled()
+				for i := range n {
+					cancels[i]()
+					if errs[i] == nil {
+						kept = append(kept, got[i].Time())
+					} else if !errors.Is(errs[i], context.Canceled) {
+						t.Fatalf("reservation %d: %v", i, errs[i])
+					}
+				}
+				r := mustReserve(t, s, "k", 1)
+				kept = append(kept, r.Time())
+				clock.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
+			}
+			slices.SortFunc(kept, func(a, b time.Time) int { return a.Compare(b) })
+			for i := 1; i < len(kept); i++ {
+				if gap := kept[i].Sub(kept[i-1]); gap < 100*time.Millisecond-time.Microsecond { // ms floats to ns
+					t.Fatalf("%T seed %d: two kept slots %v apart (interval 100ms): %v", c, seed, gap, kept)
+				}
+			}
+		}
+	}
+}
+
+// On the client clock a queued reservation is decided at the instant its
+// batch is sent, never at the earlier instant it was made: by then another
+// process may have decided later slots whose TTL lets the key expire, and
+// at its own instant the expired key would look cold, granting a slot
+// among the ones already given. Wall clock: Redis TTLs run on it. The
+// timings (a 100 ms interval, 250 ms of waiting) leave 100 ms of margin for
+// a loaded host; the assertion is on the slots, which do not depend on it.
+func TestRedisAQueuedReservationDecidesWhenSent(t *testing.T) {
+	t.Parallel()
+	_, c := redisClient(t)
+	one := NewRedisStore(c, WithClientClock())
+	s1, err := New(one, PerSecond(10), WithPrefix("late:"), WithMaxQueue(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := New(NewRedisStore(c, WithClientClock(), WithCoalescing(false)), PerSecond(10), WithPrefix("late:"), WithMaxQueue(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := mustReserve(t, s1, "k", 1)
+	one.lanes.held.Store(true)
+	var queued Reservation
+	var qerr error
+	done := make(chan struct{})
+	go func() { queued, qerr = s1.Reserve(bg, "k", 1); close(done) }()
+	for one.lanes.queued() == 0 {
+		time.Sleep(50 * time.Microsecond) // a goroutine starting: how long does not matter
+	}
+	other := mustReserve(t, s2, "k", 1) // another process: the slot after first's
+	time.Sleep(250 * time.Millisecond)  // other's slot passes; the key expires after it
+	one.lanes.releaseHeld(one)
+	<-done
+	if qerr != nil {
+		t.Fatal(qerr)
+	}
+	slots := []time.Time{first.Time(), other.Time(), queued.Time()}
+	slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(slots); i++ {
+		if gap := slots[i].Sub(slots[i-1]); gap < 100*time.Millisecond-time.Microsecond { // ms floats to ns
+			t.Fatalf("slots %v apart (interval 100ms): first %v, the other process's %v, the queued one %v",
+				gap, first.Time().Format("05.000"), other.Time().Format("05.000"), queued.Time().Format("05.000"))
+		}
 	}
 }

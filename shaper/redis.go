@@ -543,6 +543,11 @@ type reserveCall struct {
 	// on its TIME, before it replied: a batch's (see coalesce.go). A delay
 	// counts from the reply, so it is taken off.
 	took float64
+	// late is how long (ms, client clock) after the caller's instant the
+	// call decides: a batch decides its queued reservations at the instant
+	// it is sent (see restamp). The delay counts from the caller's instant,
+	// so it is added.
+	late float64
 }
 
 func (c *reserveCall) script() *redis.Script {
@@ -604,7 +609,7 @@ func (r *RedisStore) finish(c *reserveCall, req *multi, v any) error {
 		return nil
 	}
 	d, k := req.dims[0], c.gcra
-	rep, err := script.ParseReserveGCRA(v, req.now)
+	rep, err := script.ParseReserveGCRA(v, req.now+c.late)
 	if err != nil {
 		return err
 	}
@@ -636,14 +641,17 @@ func (r *RedisStore) finish(c *reserveCall, req *multi, v any) error {
 	return nil
 }
 
-// fromReply returns an admitted reservation's delay counted from the reply:
-// wait, counted from the instant the server decided at, less what the
-// server ran after it (took), never below 0; a refusal's wait unchanged.
+// fromReply returns an admitted reservation's delay as the shaper counts
+// it: wait, counted from the instant the call decided at, less what the
+// server ran after it (took: the delay counts from the reply), plus how
+// late that instant was after the caller's (late: on the client clock the
+// delay counts from the caller's instant), never below 0; a refusal's wait
+// unchanged.
 func (c *reserveCall) fromReply(allowed bool, wait float64) float64 {
-	if !allowed || c.took <= 0 {
+	if !allowed || c.took <= 0 && c.late <= 0 {
 		return wait
 	}
-	return max(wait-c.took, 0)
+	return max(wait-c.took+c.late, 0)
 }
 
 // dimsArgs returns the ARGV of Reserve or Status for algs and costs (a
