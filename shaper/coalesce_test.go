@@ -186,25 +186,36 @@ func TestRedisAGrantNobodyWaitsForGoesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := mustReserve(t, s, "k", 1) // at once
+	leaveQueued(t, rs, s, "k", nil)
+	r := mustReserve(t, s, "k", 1)
+	if first.Delay != 0 || r.Delay != 100*time.Millisecond {
+		t.Fatalf("after a grant nobody took, the next slot is %v away, want 100ms", r.Delay)
+	}
+}
+
+// leaveQueued queues a reservation on key and has its caller leave before
+// its batch is sent; meanwhile (if not nil) runs before the batch goes.
+// It returns once the batch and any give-back have ended.
+func leaveQueued(t *testing.T, rs *RedisStore, s *Shaper, key string, meanwhile func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(bg)
-	var errLeft error
+	var err error
 	rs.lanes.held.Store(true)
 	done := make(chan struct{})
-	go func() { _, errLeft = s.Reserve(ctx, "k", 1); close(done) }()
+	go func() { _, err = s.Reserve(ctx, key, 1); close(done) }()
 	for rs.lanes.queued() == 0 {
 		time.Sleep(50 * time.Microsecond) // a goroutine starting: how long does not matter
 	}
 	cancel()
 	<-done
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller that left got %v", err)
+	}
+	if meanwhile != nil {
+		meanwhile()
+	}
 	rs.lanes.releaseHeld(rs)
 	rs.lanes.settled()
-	if !errors.Is(errLeft, context.Canceled) {
-		t.Fatalf("the caller that left got %v", errLeft)
-	}
-	r := mustReserve(t, s, "k", 1)
-	if first.Delay != 0 || r.Delay != 100*time.Millisecond {
-		t.Fatalf("after a grant nobody took, the next slot is %v away, want 100ms", r.Delay)
-	}
 }
 
 // The batch script's parts line up: its ARGV counts what Batch added, and a
@@ -404,18 +415,7 @@ func TestRedisAPassedGrantNobodyWaitsForIsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustReserve(t, s, "k", 1) // at once; the next slot is 100 ms away
-	ctx, cancel := context.WithCancel(bg)
-	rs.lanes.held.Store(true)
-	done := make(chan struct{})
-	go func() { _, _ = s.Reserve(ctx, "k", 1); close(done) }()
-	for rs.lanes.queued() == 0 {
-		time.Sleep(50 * time.Microsecond) // a goroutine starting: how long does not matter
-	}
-	cancel()
-	<-done
-	clock.Advance(150 * time.Millisecond) // the batch decides at 150 ms: its slot is then
-	rs.lanes.releaseHeld(rs)
-	rs.lanes.settled()
+	leaveQueued(t, rs, s, "k", func() { clock.Advance(150 * time.Millisecond) }) // the batch decides at 150 ms: its slot is then
 	if r := mustReserve(t, s, "k", 1); r.Delay != 100*time.Millisecond {
 		t.Fatalf("after a grant nobody took whose slot had come, the next slot is %v away, want 100ms (at 250 ms)", r.Delay)
 	}
