@@ -414,7 +414,7 @@ func TestRedisAPassedGrantNobodyWaitsForIsKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustReserve(t, s, "k", 1) // at once; the next slot is 100 ms away
+	mustReserve(t, s, "k", 1)                                                    // at once; the next slot is 100 ms away
 	leaveQueued(t, rs, s, "k", func() { clock.Advance(150 * time.Millisecond) }) // the batch decides at 150 ms: its slot is then
 	if r := mustReserve(t, s, "k", 1); r.Delay != 100*time.Millisecond {
 		t.Fatalf("after a grant nobody took whose slot had come, the next slot is %v away, want 100ms (at 250 ms)", r.Delay)
