@@ -30,9 +30,11 @@ examples:
 ## (reliability/, -tags faults): Redis paused, killed and restarted, its
 ## script cache flushed, blocked by DEBUG SLEEP, a cluster master and a
 ## Sentinel primary failing over;
-## 1,000,000 reservations over 10,000 keys. Each prints its figures. CI runs it.
+## 1,000,000 reservations over 10,000 keys; a fleet of 2 processes that
+## coalesces. Each prints its figures. CI runs it.
 test-faults: redis
 	$(GO) test -race -count=1 -tags faults -timeout 15m -v -run 'TestFaults|TestLoad' ./reliability/
+	$(GO) test -race -count=1 -tags faults -timeout 5m -v -run 'TestFleetCoalesces' ./examples/redis-fleet/
 
 ## soak: SOAK_DURATION (default 5m) of mixed load; prints the heap and the
 ## goroutine count every 10 s and fails if either grows. Not run by CI.
