@@ -101,11 +101,10 @@ func WithClientClock() RedisOption { return func(r *RedisStore) { r.clientClock 
 // decision and its own error, exactly as its own call would have at that
 // place in the sequence. A reservation that finds room goes at once, alone,
 // so an idle process pays one round trip. Off, every reservation makes its
-// own call. Coalescing
-// applies to a *redis.Client (a single node, or Sentinel) and a
-// *redis.ClusterClient (one batch per hash slot, never spanning two); a
-// Ring or another client makes one call per reservation. docs/REDIS.md
-// says more.
+// own call. Coalescing applies to a *redis.Client (a single node, or
+// Sentinel) and a *redis.ClusterClient (one batch per hash slot, never
+// spanning two); a Ring or another client makes one call per reservation.
+// docs/REDIS.md says more.
 func WithCoalescing(on bool) RedisOption { return func(r *RedisStore) { r.coalescing = on } }
 
 // WithFailurePolicy sets what the store does while Redis is down (default FailClosed).

@@ -352,7 +352,7 @@ func (b *Batch) Reset() {
 // ReserveGCRA's (else Reserve's).
 func (b *Batch) Add(gcra bool, keys []string, args []any) {
 	if b.n == 0 {
-		b.Args = append(b.Args, 0) // the count, set by Len's caller through Argv
+		b.Args = append(b.Args, 0) // the count: Argv sets it
 	}
 	kind := "r"
 	if gcra {
