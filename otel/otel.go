@@ -307,7 +307,9 @@ func (w *Reserver) Wait(ctx context.Context, key string, cost int64) error {
 
 // Acquire is Wait that returns the reservation the request departs on (see
 // shaper.Shaper.Acquire), recorded as Wait is. A wrapped Reserver without an
-// Acquire method waits, and the zero Reservation is returned.
+// Acquire method waits, and the zero Reservation is returned: no shaper
+// granted it, so it settles nothing (transport.Settle fails on it with a
+// *shaper.ConfigError).
 func (w *Reserver) Acquire(ctx context.Context, key string, cost int64) (shaper.Reservation, error) {
 	parent := trace.SpanFromContext(ctx)
 	if w.inner == nil {

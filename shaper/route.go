@@ -53,7 +53,9 @@ func (r *router) Wait(ctx context.Context, key string, cost int64) error {
 }
 
 // Acquire acquires on the Reserver key routes to (see Shaper.Acquire); one
-// without an Acquire method waits, and the zero Reservation is returned.
+// without an Acquire method waits, and the zero Reservation is returned: no
+// shaper granted it, so it settles nothing (transport.Settle fails on it
+// with a *ConfigError).
 func (r *router) Acquire(ctx context.Context, key string, cost int64) (Reservation, error) {
 	to, err := r.to(key)
 	if err != nil {

@@ -108,3 +108,44 @@ func TestRouteForwardsClamp(t *testing.T) {
 
 // bare hides every method of a Reserver but the interface's.
 type bare struct{ Reserver }
+
+// Route's Acquire returns the shaper's reservation, which settles; over a
+// Reserver without Acquire it waits on it and returns the zero Reservation,
+// which no shaper granted (transport.Settle tells them apart by it).
+func TestRouteAcquireReturnsTheZeroReservationOnlyWhenItCannotAcquire(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTest(t, PerSecond(10).WithBurst(10))
+	r := Route(func(key string) Reserver {
+		if key == "bare" {
+			return bare{s}
+		}
+		return s
+	}).(interface {
+		Acquire(ctx context.Context, key string, cost int64) (Reservation, error)
+	})
+	res, err := r.Acquire(bg, "shaper", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res == (Reservation{}) {
+		t.Fatal("Route over a *Shaper returned the zero Reservation")
+	}
+	if err := res.Settle(bg, 2); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustReserve(t, s, "shaper", 8).Delay; d != 0 {
+		t.Fatalf("after settling 2 of 8 through Route the next 8 wait %v, want 0", d)
+	}
+
+	res, err = r.Acquire(bg, "bare", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (Reservation{}) {
+		t.Fatalf("Route over a Reserver without Acquire returned %+v, want the zero Reservation", res)
+	}
+	// It waited on the Reserver: the 8 are taken, the next 8 wait 0.6s.
+	if d := mustReserve(t, s, "bare", 8).Delay; d != 600*time.Millisecond {
+		t.Fatalf("after Acquire through a bare Reserver the next 8 wait %v, want 600ms", d)
+	}
+}

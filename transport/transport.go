@@ -121,7 +121,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if res != nil { // the request carries its reservation, for Settle
-		req = req.WithContext(context.WithValue(ctx, ticketKey{}, &ticket{r: *res}))
+		// The zero Reservation is no shaper's grant: Route or otel.Wrap over a
+		// Reserver without Acquire waited and had none to return. Settle
+		// reports it rather than settle nothing.
+		req = req.WithContext(context.WithValue(ctx, ticketKey{}, &ticket{r: *res, none: *res == shaper.Reservation{}}))
 	}
 	resp, err := t.baseRT().RoundTrip(req)
 	if err == nil && resp.Request == nil {
@@ -134,7 +137,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // acquirer is a Reserver that returns the reservation a request departs on
-// (shaper.Shaper.Acquire; Route's and otel.Wrap's Reservers forward it).
+// (shaper.Shaper.Acquire; Route's and otel.Wrap's Reservers forward it, and
+// return the zero Reservation when the Reserver they decorate has no
+// Acquire: a shaper's grant is never the zero Reservation).
 type acquirer interface {
 	Acquire(ctx context.Context, key string, cost int64) (shaper.Reservation, error)
 }
@@ -178,8 +183,9 @@ func (t *Transport) acquire(ctx context.Context, key string, cost int64) (*shape
 type ticketKey struct{}
 
 type ticket struct {
-	mu sync.Mutex
-	r  shaper.Reservation
+	mu   sync.Mutex
+	r    shaper.Reservation
+	none bool // r is the zero Reservation: the Reserver returned no reservation
 }
 
 // Settle records the actual cost of the call that resp answers, once the
@@ -188,8 +194,10 @@ type ticket struct {
 // shaper.Reservation.Settle: less gives the difference back, more is
 // charged). With go-retryablehttp it settles the last attempt's. A response
 // that did not come through a Transport whose Reserver returns its
-// reservations (a *shaper.Shaper, or Route and otel.Wrap over one) fails
-// with a *shaper.ConfigError. A reservation is settled once.
+// reservations (a *shaper.Shaper, or Route and otel.Wrap over one, however
+// nested) fails with a *shaper.ConfigError, and so does one whose Reserver
+// only waited: Route or otel.Wrap over a Reserver without an Acquire method
+// have no reservation to settle. A reservation is settled once.
 func Settle(ctx context.Context, resp *http.Response, actual int64) error {
 	var tk *ticket
 	if resp != nil && resp.Request != nil {
@@ -198,6 +206,10 @@ func Settle(ctx context.Context, resp *http.Response, actual int64) error {
 	if tk == nil {
 		return &shaper.ConfigError{Algorithm: "transport", Field: "Settle", Value: nil,
 			Reason: "the response did not come through a Transport whose Reserver returns its reservations"}
+	}
+	if tk.none {
+		return &shaper.ConfigError{Algorithm: "transport", Field: "Settle", Value: nil,
+			Reason: "the Transport's Reserver returned no reservation to settle (Route or otel.Wrap over a Reserver without an Acquire method only wait)"}
 	}
 	tk.mu.Lock()
 	defer tk.mu.Unlock()
