@@ -128,10 +128,42 @@ func Time(ms float64) time.Time {
 	return time.Unix(int64(sec), int64(nsec)).UTC()
 }
 
-// Duration converts float64 milliseconds to a time.Duration rounded to the
-// nearest nanosecond. Negative and NaN inputs give 0; values beyond the range
-// of time.Duration saturate at its maximum.
+// Duration converts float64 milliseconds to a time.Duration rounded up to
+// the nanosecond: the smallest whole number of nanoseconds at or above the
+// exact value of ms, so that a delay (a departure, a retry-after) converted
+// with it never ends before the instant it stands for. Negative and NaN
+// inputs give 0; values beyond the range of time.Duration saturate at its
+// maximum.
 func Duration(ms float64) time.Duration {
+	if !(ms > 0) {
+		return 0
+	}
+	p := ms * 1e6
+	ns := math.Ceil(p)
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	d := time.Duration(ns)
+	if ns == p {
+		// The product is a whole number, but it may have been rounded onto
+		// it (by up to half its ulp, more than 1 ns beyond 2^53 ns, 104
+		// days): ms*1e6 - p, exact by an FMA, says by how much, and its
+		// ceiling corrects d to the ceiling of the exact value. A product
+		// with a fraction is within half an ulp of the exact value, which
+		// cannot reach the next whole number.
+		inc := time.Duration(math.Ceil(math.FMA(ms, 1e6, -p)))
+		if inc > 0 && d > math.MaxInt64-inc {
+			return math.MaxInt64
+		}
+		d += inc
+	}
+	return d
+}
+
+// roundDuration converts float64 milliseconds that stand for a configured
+// duration (DurationMillis of one) back to it, rounded to the nearest
+// nanosecond, so that the round trip gives the duration back exactly.
+func roundDuration(ms float64) time.Duration {
 	if !(ms > 0) {
 		return 0
 	}

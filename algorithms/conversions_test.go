@@ -3,6 +3,7 @@ package algorithms
 import (
 	"errors"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -31,11 +32,37 @@ func TestDuration(t *testing.T) {
 		want time.Duration
 	}{
 		{0, 0}, {-5, 0}, {math.NaN(), 0}, {math.Inf(-1), 0},
-		{1, time.Millisecond}, {0.0000004, 0}, {0.0000006, time.Nanosecond}, {1234.5678912, 1234567891 * time.Nanosecond},
+		{1, time.Millisecond}, {0.0000004, time.Nanosecond}, {0.0000006, time.Nanosecond}, {1234.5678912, 1234567892 * time.Nanosecond},
+		{0.000001, time.Nanosecond}, {100, 100 * time.Millisecond}, {1.5, 1500 * time.Microsecond},
 		{math.Inf(1), math.MaxInt64}, {1e300, math.MaxInt64},
 	} {
 		if got := Duration(c.ms); got != c.want {
 			t.Errorf("Duration(%v) = %v, want %v", c.ms, got, c.want)
+		}
+	}
+	// Rounded up, never down: the Duration is at or above the exact value of
+	// the float64, and less than a nanosecond above it.
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 200000 {
+		ms := rng.Float64() * math.Pow(10, float64(rng.IntN(17)-3)) // up to 10^13 ms: beyond 2^53 ns too
+		if i%4 == 0 {                                               // products that land on or next to a whole nanosecond
+			ms = float64(rng.Int64N(1e12)) / 1e6
+		}
+		if ms >= 9.2e12 { // beyond time.Duration: saturates (checked above)
+			continue
+		}
+		got := Duration(ms)
+		exact := new(big.Rat).Mul(new(big.Rat).SetFloat64(ms), big.NewRat(1e6, 1))
+		d := new(big.Rat).Sub(new(big.Rat).SetInt64(int64(got)), exact)
+		if d.Sign() < 0 || d.Cmp(big.NewRat(1, 1)) >= 0 {
+			t.Fatalf("Duration(%v) = %d ns, exact %s ns", ms, int64(got), exact.FloatString(9))
+		}
+	}
+	// A configured duration comes back as it was.
+	for range 10000 {
+		d := time.Duration(rng.Int64N(1 << 50))
+		if got := roundDuration(DurationMillis(d)); got != d {
+			t.Fatalf("roundDuration(DurationMillis(%d)) = %d", d, got)
 		}
 	}
 	if DurationMillis(1500*time.Microsecond) != 1.5 {

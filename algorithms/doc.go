@@ -25,12 +25,23 @@
 // # Time and numbers
 //
 // Instants are float64 milliseconds since the Unix epoch ([Millis]) and
-// durations float64 milliseconds; decisions come back as time.Duration,
-// rounded to the nanosecond, never to the millisecond. The Lua scripts use the
-// same numbers in the same order of operations (products are wrapped in
-// float64() so that no platform fuses a multiply-add), so Go and Redis compute
-// identical states. Near the present, float64 milliseconds resolve about 0.24
-// µs; [MinInterval] keeps rates where that is negligible.
+// durations float64 milliseconds; decisions come back as time.Duration, rounded
+// up to the nanosecond, never to the millisecond. The Lua scripts use the same
+// numbers in the same order of operations (products are wrapped in float64() so
+// that no platform fuses a multiply-add), so Go and Redis compute identical
+// states. Near the present, float64 milliseconds resolve 2^-12 ms, about 0.24
+// µs. Rounding never makes a slot early: the GCRA family's interval is
+// Period/Count rounded up to a whole 2^-12 ms, so that on a present-day key
+// every sum is exact (a burst is whole); any other TAT it stores is rounded up,
+// never to nearest; and delays become time.Duration rounded up to the
+// nanosecond. A backlogged key may therefore run slower than its rate by less
+// than one step per request, at most 2.4 % at the fastest rate accepted and
+// 0.24 % at 10,000/s ([MinInterval] gives the figures). (Where a figure exceeds
+// 2^53 steps, T*Burst + MaxQueue beyond 70 years, the delay is rounded to
+// nearest from its slot, as the Lua scripts compute it.) The token bucket keeps
+// its level as credit (tokens times Period, refilled by elapsed ms times
+// Count), which is exact in whole milliseconds, so it never refuses a request
+// that exact arithmetic admits there.
 //
 // # Contracts
 //

@@ -69,8 +69,9 @@ func ExampleNewQuota() {
 // An LLM API allows 3 requests and 300 tokens per second on one account. A
 // request costs 1 request and its tokens; it departs when both dimensions
 // allow it, and the decision names the dimension that bound. (Delays are
-// rounded to the microsecond here: instants are float64 milliseconds, which
-// resolve about 0.24 µs today.)
+// rounded to 0.1 ms here: instants are float64 milliseconds, which resolve
+// 2^-12 ms today, and the interval is rounded up to a whole step, never
+// early: 1000/300 ms becomes 3.33349609375, 26 µs later over 160 tokens.)
 func ExampleAll() {
 	requests, _ := algorithms.NewLeakyBucket(algorithms.Rate{Count: 3, Period: time.Second, Burst: 1}, time.Minute)
 	tokens, _ := algorithms.NewLeakyBucket(algorithms.Rate{Count: 300, Period: time.Second, Burst: 100}, time.Minute)
@@ -79,11 +80,11 @@ func ExampleAll() {
 	for _, n := range []int64{10, 250, 10, 10} {
 		dims[0].Cost, dims[1].Cost = 1, n
 		d, _ := algorithms.All(dims, start)
-		fmt.Printf("%3d tokens: depart after %v (bound by %s)\n", n, d.Delay.Round(time.Microsecond), names[d.Binding])
+		fmt.Printf("%3d tokens: depart after %v (bound by %s)\n", n, d.Delay.Round(100*time.Microsecond), names[d.Binding])
 	}
 	// Output:
 	//  10 tokens: depart after 0s (bound by requests)
-	// 250 tokens: depart after 533.333ms (bound by tokens)
-	//  10 tokens: depart after 866.667ms (bound by requests)
+	// 250 tokens: depart after 533.4ms (bound by tokens)
+	//  10 tokens: depart after 866.7ms (bound by requests)
 	//  10 tokens: depart after 1.2s (bound by requests)
 }

@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"fmt"
+	"math/big"
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/internal/gcra"
@@ -9,8 +10,10 @@ import (
 
 // GCRA is the generic cell rate algorithm and its waiting form, the leaky
 // bucket shaper. Both keep one number per key, the theoretical arrival time
-// (TAT) of the next unit. With interval T = Period/Count and tolerance
-// tau = T*Burst, a request of cost c at now computes, relative to now,
+// (TAT) of the next unit. With interval T = Period/Count (in ms, rounded up
+// to a whole 2^-12 ms, the float64 step of present-day instants) and
+// tolerance tau = T*Burst, a request of cost c at now computes, relative to
+// now,
 //
 //	ahead = max(stored - now, 0)
 //	delay = max(0, (ahead + T*c) - tau)
@@ -19,7 +22,10 @@ import (
 // GCRA ([NewGCRA]) admits only when delay is 0. The leaky bucket shaper
 // ([NewLeakyBucket]) admits when delay <= MaxQueue and tells the caller to
 // depart after delay; beyond MaxQueue it refuses and writes nothing. Admitted
-// requests store next.
+// requests store next. Near the present every figure is a whole number of
+// steps and computed exactly; elsewhere the stored TAT is rounded up, never
+// to nearest. No slot is ever early because of rounding (see [MinInterval]
+// for what that costs a backlogged key).
 //
 // The decision is made on delays, not on absolute instants, so that on a cold
 // key (ahead = 0) the delay is T*c - tau at every now. That makes
@@ -64,9 +70,34 @@ func newGCRA(name string, r Rate, maxQueue time.Duration) (*GCRA, error) {
 	if err != nil {
 		return nil, err
 	}
+	t = intervalUp(r.Count, r.Period) // t, validated, rounded up to a whole tatStep
 	g := &GCRA{name: name, k: gcra.Kernel{Interval: t, Tau: float64(t * b), MaxWait: DurationMillis(maxQueue)}}
 	g.maxCost = largest(g.k.Admissible)
 	return g, nil
+}
+
+// tatStep is the float64 step of instants from late 2004 to 2039, 2^-12 ms
+// (about 0.24 µs): every present-day instant is a multiple of it.
+const tatStep = 1.0 / 4096
+
+// intervalUp returns the interval the GCRA family runs at: the smallest
+// multiple of tatStep at or above the exact quotient Period/Count. On a
+// present-day key every TAT, tolerance, sum and delay is then a multiple of
+// tatStep below 2^53 steps, so the kernel computes them exactly (a burst is
+// whole, a backlog keeps its pace); and the interval is never below the
+// contract's, so no slot is early. A key that is not backlogged loses
+// nothing; a backlogged one runs slower than Count per Period by less than
+// one tatStep per unit (see [MinInterval]). It runs once per configuration.
+func intervalUp(count float64, period time.Duration) float64 {
+	q := new(big.Rat).SetFrac64(int64(period), 1e6)
+	q.Quo(q, new(big.Rat).SetFloat64(count))
+	q.Mul(q, big.NewRat(4096, 1))
+	n, rem := new(big.Int).QuoRem(q.Num(), q.Denom(), new(big.Int))
+	if rem.Sign() > 0 {
+		n.Add(n, big.NewInt(1))
+	}
+	f, _ := new(big.Float).SetInt(n).Float64() // exact: MaxInterval is below 2^52 steps
+	return f * tatStep
 }
 
 // Name returns "gcra" or "leaky-bucket".
@@ -87,7 +118,7 @@ func (g *GCRA) ValidateCost(cost int64) error {
 	}
 	what := "the burst"
 	if g.k.MaxWait > 0 {
-		what = fmt.Sprintf("the most that fits in MaxQueue %v", Duration(g.k.MaxWait))
+		what = fmt.Sprintf("the most that fits in MaxQueue %v", roundDuration(g.k.MaxWait))
 	}
 	return checkCost(g.name, cost, float64(g.maxCost), what)
 }

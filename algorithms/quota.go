@@ -101,7 +101,7 @@ func NewQuota(limit float64, c Cadence) (*Quota, error) {
 	}
 	q := &Quota{limited: limited{"quota", limit}, cadence: c}
 	if c.kind == cadenceRolling {
-		w, err := NewSlidingWindow(limit, Duration(c.period), c.buckets)
+		w, err := NewSlidingWindow(limit, roundDuration(c.period), c.buckets)
 		if err != nil {
 			return nil, err
 		}

@@ -8,10 +8,25 @@ package algorithms
 // A clock that steps backwards refills nothing until it passes the last
 // update again, so it never over-admits.
 //
-// State layout: [tokens, last update (ms)].
+// The level is kept as credit, tokens times Period in ms: a refill adds
+// elapsed*Count, a request takes cost*Period, and a request is admitted when
+// the credit is at least cost*Period. With whole (or dyadic) milliseconds of
+// elapsed time, a whole (or dyadic) Count and a Period of whole
+// milliseconds, every one of those figures is a float64 integer (or a short
+// dyadic fraction), so the bucket decides exactly as exact arithmetic does:
+// 3 tokens per second refilled over 100 ms steps reach exactly 3, where
+// adding 0.3 token ten times gives 2.9999999999999996. Elsewhere each step
+// rounds once, relative error 2^-53 of the credit.
+//
+// State layout: [credit, last update (ms), Period (ms)], credit being
+// tokens*Period. A state of another Period (the rate changed live) is read
+// through its tokens, credit/Period; the earlier layout [tokens, last
+// update] is read as tokens too.
 type TokenBucket struct {
-	interval float64 // ms per token
+	interval float64 // ms per token (Params only)
 	burst    float64
+	count    float64 // tokens per period
+	period   float64 // ms
 }
 
 // NewTokenBucket returns a token bucket of capacity r.Burst refilling at
@@ -25,7 +40,7 @@ func NewTokenBucket(r Rate) (*TokenBucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &TokenBucket{interval: t, burst: b}, nil
+	return &TokenBucket{interval: t, burst: b, count: r.Count, period: DurationMillis(r.Period)}, nil
 }
 
 // Name returns "token-bucket".
@@ -39,48 +54,58 @@ func (b *TokenBucket) ValidateCost(cost int64) error {
 	return checkCost("token-bucket", cost, b.burst, "the capacity (burst)")
 }
 
-// level returns the tokens present at now and the update time to store.
-func (b *TokenBucket) level(st State, now float64) (tokens, last float64) {
+// level returns the credit (tokens*period) at now and the update time to
+// store.
+func (b *TokenBucket) level(st State, now float64) (credit, last float64) {
+	capacity := float64(b.burst * b.period)
 	if len(st) < 2 {
-		return b.burst, now
+		return capacity, now
 	}
-	tokens, last = st[0], st[1]
+	credit, last = st[0], st[1]
+	switch {
+	case len(st) < 3: // [tokens, last]: the layout before credit
+		credit = float64(credit * b.period)
+	case st[2] != b.period: // stored under another period: its tokens carry over
+		credit = float64(float64(credit/st[2]) * b.period)
+	}
 	if elapsed := now - last; elapsed > 0 {
-		tokens += elapsed / b.interval
+		credit += float64(elapsed * b.count)
 		last = now
 	}
-	if tokens > b.burst { // a burst lowered live (a state of a larger bucket) holds at once
-		tokens = b.burst
+	if credit > capacity { // a burst lowered live (a state of a larger bucket) holds at once
+		credit = capacity
 	}
-	return tokens, last
+	return credit, last
 }
 
 // Delay returns 0 if enough tokens are present, else the time until the
 // bucket will have refilled to cost.
 func (b *TokenBucket) Delay(st State, now float64, cost int64) float64 {
-	tokens, _ := b.level(st, now)
-	c := float64(cost)
-	if tokens >= c {
+	credit, _ := b.level(st, now)
+	need := float64(float64(cost) * b.period)
+	if credit >= need {
 		return 0
 	}
-	return float64((c - tokens) * b.interval)
+	return (need - credit) / b.count
 }
 
 // Commit takes cost tokens. delay is ignored: token buckets commit only at now.
 func (b *TokenBucket) Commit(st State, now, _ float64, cost int64) State {
-	tokens, last := b.level(st, now)
-	return set2(st, tokens-float64(cost), last)
+	credit, last := b.level(st, now)
+	return set3(st, credit-float64(float64(cost)*b.period), last, b.period)
 }
 
-// Params returns "t": interval, capacity.
-func (b *TokenBucket) Params() (string, [6]float64) { return "t", [6]float64{b.interval, b.burst} }
+// Params returns "t": interval, capacity, count, period (ms).
+func (b *TokenBucket) Params() (string, [6]float64) {
+	return "t", [6]float64{b.interval, b.burst, b.count, b.period}
+}
 
 // Status returns the tokens present and the time until the bucket is full.
 // After a clock step backwards the refill resumes only once the clock passes
 // the last update again, so that wait counts too.
 func (b *TokenBucket) Status(st State, now float64) (remaining, resetAfter float64) {
-	tokens, last := b.level(st, now)
-	return tokens, (last - now) + float64((b.burst-tokens)*b.interval)
+	credit, last := b.level(st, now)
+	return credit / b.period, (last - now) + (float64(b.burst*b.period)-credit)/b.count
 }
 
 // set2 stores a two-number state, reusing st's array when it can.
@@ -90,5 +115,15 @@ func set2(st State, a, b float64) State {
 	}
 	st = st[:2]
 	st[0], st[1] = a, b
+	return st
+}
+
+// set3 stores a three-number state, reusing st's array when it can.
+func set3(st State, a, b, c float64) State {
+	if cap(st) < 3 {
+		return append(st[:0], a, b, c)
+	}
+	st = st[:3]
+	st[0], st[1], st[2] = a, b, c
 	return st
 }

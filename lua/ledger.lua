@@ -8,7 +8,7 @@
 -- bitmap K:b, and the tags of reservations granted before it that were given
 -- back, until they pass, in the sorted set K:c.
 local function ledger_lib()
-  local W, UNBOUNDED, MAX_MARKS, MAX_LOOK = 4096, 1e300, 8, 64
+  local W, UNBOUNDED, MAX_MARKS, MAX_LOOK, MAX_PRE = 4096, 1e300, 8, 64, 64
   local L = {}
   local function num(x) return string.format('%.17g', x) end
 
@@ -16,7 +16,7 @@ local function ledger_lib()
     local v = {}
     for w in string.gmatch(raw, '%S+') do
       local x = tonumber(w)
-      if not x or x ~= x then return nil end
+      if not x or x ~= x or x == math.huge or x == -math.huge then return nil end
       v[#v + 1] = x
     end
     if #v < 3 then return nil end
@@ -53,6 +53,19 @@ local function ledger_lib()
   -- is taken to fit, as it was used then).
   function L.fits(l, interval, tau)
     return l.interval == nil or (l.interval == interval and l.tau == tau)
+  end
+
+  -- check returns nil when the Ledger's other keys (K:h, K:b, K:c) hold
+  -- nothing or their own types, else why not: a script checks it before it
+  -- writes anything, so that a key it refuses is left as it was.
+  function L.check(keys)
+    local want = {'zset', 'string', 'zset'}
+    for i = 2, 4 do
+      local t = redis.call('TYPE', keys[i])
+      if type(t) == 'table' then t = t.ok end
+      if t ~= 'none' and t ~= want[i - 1] then return 'ledger key ' .. string.sub(keys[i], -2) .. ' holds a value of another type' end
+    end
+    return nil
   end
 
   -- drop deletes a Ledger that does not fit (keys: K:l, K:h, K:b, K:c).
@@ -117,17 +130,20 @@ local function ledger_lib()
     return l.seq
   end
 
-  -- claim_pre: Ledger.claimPre, on the sorted set pre.
-  local function claim_pre(pre, tag, now)
-    redis.call('ZREMRANGEBYSCORE', pre, '-inf', '(' .. num(now))
-    if tag < now then return false end
-    return redis.call('ZADD', pre, 'NX', num(tag), num(tag)) == 1
+  -- claim_pre: Ledger.claimPre, on the sorted set pre (at most MAX_PRE
+  -- claims, the oldest forgotten first).
+  local function claim_pre(pre, tag)
+    if redis.call('ZADD', pre, 'NX', num(tag), num(tag)) ~= 1 then return false end
+    redis.call('ZREMRANGEBYRANK', pre, 0, -(MAX_PRE + 1))
+    return true
   end
   L.claim_pre = claim_pre
 
+  -- claim: Ledger.claim: 'claimed', 'already' or 'unknown'.
   local function claim(l, bits, seq)
-    if not (seq > l.start and seq <= l.seq and l.seq - seq < W) then return false end
-    return redis.call('SETBIT', bits, seq % W, 1) == 0
+    if not (seq > l.start and seq <= l.seq and l.seq - seq < W) then return 'unknown' end
+    if redis.call('SETBIT', bits, seq % W, 1) == 0 then return 'claimed' end
+    return 'already'
   end
 
   -- grant: Ledger.Grant.
@@ -156,17 +172,20 @@ local function ledger_lib()
 
   -- settle: Ledger.Settle; returns the TAT to store. keys: K:l, K:h, K:b, K:c.
   function L.settle(l, keys, interval, tau, s, t, cost, actual, seq, tag, now)
+    local known = true
     if seq == 0 then
-      if tag >= now and not claim_pre(keys[4], tag, now) then return s end
-    elseif not claim(l, keys[3], seq) then
-      return s
+      if not claim_pre(keys[4], tag) then return s end
+    else
+      local c = claim(l, keys[3], seq)
+      if c == 'already' then return s end
+      known = c == 'claimed'
     end
     local tc, ta = interval * cost, interval * actual
     if ta > tc then
       grow(l, t, ta - tc)
       return s + (ta - tc)
     end
-    if seq == 0 or ta == tc then return s end
+    if seq == 0 or not known or ta == tc then return s end
     local own = math.min(tc, tau) - math.min(ta, tau)
     local refund = room(l, s, t, tc - ta)
     if own < refund then refund = own end
@@ -186,7 +205,7 @@ local function ledger_lib()
 
   -- cancel: Ledger.Cancel; returns the TAT to store. keys: K:l, K:h, K:b, K:c.
   function L.cancel(l, keys, interval, tau, s, t, cost, seq, tag, now)
-    if seq == 0 and not claim_pre(keys[4], tag, now) or seq ~= 0 and not claim(l, keys[3], seq) then return s end
+    if seq == 0 and (tag < now or not claim_pre(keys[4], tag)) or seq ~= 0 and claim(l, keys[3], seq) ~= 'claimed' then return s end
     local holes = keys[2]
     local tc = interval * cost
     local refund = room(l, s, t, tc)
@@ -197,7 +216,7 @@ local function ledger_lib()
   end
 
   -- take: Ledger.Take; returns the hole's instant and the sequence number,
-  -- or nil.
+  -- or nil (and why, for a hole that is not one: nothing else is written).
   function L.take(l, bits, holes, interval, max_wait, now, floor, before, cost)
     redis.call('ZREMRANGEBYSCORE', holes, '-inf', '(' .. num(now))
     local hi = '+inf'
@@ -207,6 +226,7 @@ local function ledger_lib()
     for _, member in ipairs(got) do
       local at_s, cap_s = string.match(member, '^(%S+) (%S+)$')
       local at, cap = tonumber(at_s), tonumber(cap_s)
+      if not at or not cap or at ~= at or cap ~= cap then return nil, nil, 'ledger hole holds a corrupt value' end
       if at - now > max_wait then return nil end
       if at >= floor and cap >= tc then
         redis.call('ZREM', holes, member)

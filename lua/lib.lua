@@ -67,6 +67,64 @@ function gcra.delay(p, st, now, cost)
   if w > 0 then return w end
   return 0
 end
+-- gcra_up is the next float above x (Go's math.Nextafter(x, +Inf)): for
+-- x = m*2^e with 0.5 <= |m| < 1 the step above x is 2^(e-53), one binade
+-- lower for a negative power of two, and 2^-1074 among subnormals.
+local function gcra_up(x)
+  if x == 0 then return math.ldexp(1, -1074) end
+  local m, e = math.frexp(x)
+  if m == -0.5 then e = e - 1 end
+  if e < -1021 then e = -1021 end
+  return x + math.ldexp(1, e - 53)
+end
+-- gcra_sum_up is now + (base + tc) rounded up, as gcra.sumUp: both sums
+-- rounded to nearest with their exact errors (TwoSum); when the errors add
+-- up to more than 0 the sum lost something and the next float above is
+-- taken. Inlined, operation for operation, in reserve_gcra.lua.
+local function gcra_sum_up(now, base, tc)
+  local y = base + tc
+  local yb = y - base
+  local e = (base - (y - yb)) + (tc - yb)
+  local r = now + y
+  local rb = r - now
+  local err = (now - (r - rb)) + (y - rb)
+  if err + e > 0 then r = gcra_up(r) end
+  return r
+end
+-- gcra_settle_tail mirrors gcra.Kernel.SettleTail (both terms rounded up):
+-- the TAT of the reservation at a key's tail, which departs at t, settled
+-- at actual units (interval, tau: its contract's).
+local function gcra_settle_tail(interval, tau, tat, t, cost, actual)
+  local tc, ta = interval * cost, interval * actual
+  if actual == 0 then
+    local r = tat + (-tc)
+    local rb = r - tat
+    local err = (tat - (r - rb)) + ((-tc) - rb)
+    if err > 0 then r = gcra_up(r) end
+    return r
+  end
+  local d = tc + (-ta)
+  local db = d - tc
+  local e = (tc - (d - db)) + ((-ta) - db)
+  local r = tat + (-d)
+  local rb = r - tat
+  local err = (tat - (r - rb)) + ((-d) - rb)
+  if err - e > 0 then r = gcra_up(r) end
+  local own = ta
+  if tau < own then own = tau end
+  local other = gcra_sum_up(t, 0, own)
+  if other > r then return other end
+  return r
+end
+-- gcra_convert mirrors gcra.Kernel.Convert: a TAT stored under interval
+-- sint and tolerance stau, read under p = {interval, tau} at now.
+local function gcra_convert(p, tat, now, sint, stau)
+  if (sint == p[1] and stau == p[2]) or not (tat > now) then return tat end
+  local units = gcra_sum_up(now, 0, (tat - now) * (p[1] / sint))
+  local kept = (tat - stau) + p[2]
+  if kept > units then return kept end
+  return units
+end
 function gcra.commit(p, st, now, delay, cost)
   local tc = p[1] * cost
   local excess = tc - p[2]
@@ -74,7 +132,7 @@ function gcra.commit(p, st, now, delay, cost)
   local base = gcra_ahead(st, now)
   local v = delay - excess
   if v > base then base = v end
-  return {now + (base + tc)}
+  return {gcra_sum_up(now, base, tc)}
 end
 function gcra.status(p, st, now)
   local tat = now
@@ -83,32 +141,56 @@ function gcra.status(p, st, now)
 end
 function gcra.max_wait(p) return p[3] end
 
--- Token bucket: p = {interval, burst}; st = {tokens, last}.
+-- gcra_read returns the state {tat} of a GCRA key stored as {tat} (read as
+-- it is) or {tat, interval, tau}, the contract it was stored under: one
+-- stored under another contract (changed live) is converted as
+-- gcra.Kernel.Convert converts it; nil for a state of another shape.
+local function gcra_read(p, st, now)
+  if #st == 1 then return st end
+  if #st ~= 3 or not (st[2] > 0) then return nil end
+  return {gcra_convert(p, st[1], now, st[2], st[3])}
+end
+
+-- gcra_encode is the stored form of a GCRA state under p: the TAT and the
+-- contract it was stored under (see gcra_read).
+local function gcra_encode(p, st) return fmt(st[1]) .. ' ' .. fmt(p[1]) .. ' ' .. fmt(p[2]) end
+
+-- Token bucket: p = {interval, burst, count, period}; st = {credit, last,
+-- period}, credit = tokens * period (ms): a refill adds elapsed * count, a
+-- request takes cost * period, exact in whole milliseconds. A state of
+-- another period, or of the layout {tokens, last}, is read through its tokens.
 local token = {}
 local function token_level(p, st, now)
-  if #st < 2 then return p[2], now end
-  local tokens, last = st[1], st[2]
+  local cap = p[2] * p[4]
+  if #st < 2 then return cap, now end
+  local credit, last = st[1], st[2]
+  if #st < 3 then
+    credit = credit * p[4]
+  elseif st[3] ~= p[4] then
+    credit = (credit / st[3]) * p[4]
+  end
   local elapsed = now - last
   if elapsed > 0 then
-    tokens = tokens + elapsed / p[1]
+    credit = credit + elapsed * p[3]
     last = now
   end
-  if tokens > p[2] then tokens = p[2] end -- a burst lowered live holds at once
-  return tokens, last
+  if credit > cap then credit = cap end -- a burst lowered live holds at once
+  return credit, last
 end
 function token.admissible(p, cost) return cost <= p[2] end
 function token.delay(p, st, now, cost)
-  local tokens = token_level(p, st, now)
-  if tokens >= cost then return 0 end
-  return (cost - tokens) * p[1]
+  local credit = token_level(p, st, now)
+  local need = cost * p[4]
+  if credit >= need then return 0 end
+  return (need - credit) / p[3]
 end
 function token.commit(p, st, now, delay, cost)
-  local tokens, last = token_level(p, st, now)
-  return {tokens - cost, last}
+  local credit, last = token_level(p, st, now)
+  return {credit - cost * p[4], last, p[4]}
 end
 function token.status(p, st, now)
-  local tokens, last = token_level(p, st, now)
-  return tokens, (last - now) + (p[2] - tokens) * p[1]
+  local credit, last = token_level(p, st, now)
+  return credit / p[4], (last - now) + (p[2] * p[4] - credit) / p[3]
 end
 function token.max_wait(p) return 0 end
 
@@ -418,6 +500,10 @@ local function read_dims(KEYS, ARGV, now, zero_ok, extra)
     if raw == nil then return nil, refuse(i, why) end
     d.st = decode(raw)
     if not d.st then return nil, refuse(i, 'holds a corrupt state') end
+    if d.alg == gcra and #d.st > 0 then -- "tat interval tau" (reserve_gcra.lua): as this contract reads it
+      d.st = gcra_read(d.p, d.st, now)
+      if not d.st then return nil, refuse(i, 'holds a corrupt state') end
+    end
     if extra then
       local err = extra(i, d)
       if err then return nil, err end

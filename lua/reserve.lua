@@ -22,6 +22,8 @@ local dims, not_before = read_dims(KEYS, ARGV, now, false, function(i, d)
     d.led = d.led or ledger_lib()
     d.l = d.led.decode(lraw)
     if not d.l then return refuse(i, 'ledger key holds a corrupt value') end
+    local bad = d.led.check(d.lk)
+    if bad then return refuse(i, bad) end
   end
   return nil
 end)
@@ -45,7 +47,9 @@ if ok then
       local _, cold_in = d.alg.status(d.p, d.st, now)
       local ttl = math.ceil(cold_in)
       if ttl < 1 then ttl = 1 end
-      redis.call('SET', KEYS[2 * i - 1], encode(d.st), 'PX', ttl)
+      local enc
+      if d.alg == gcra then enc = gcra_encode(d.p, d.st) else enc = encode(d.st) end
+      redis.call('SET', KEYS[2 * i - 1], enc, 'PX', ttl)
       reply[#reply + 1] = fmt(d.st[1])
     end
   end

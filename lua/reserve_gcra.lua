@@ -38,10 +38,36 @@ local ck = KEYS[1] .. ':k' -- a partner's clamp (lib.lua's parse_clamp)
 local got = read_keys(KEYS[1], KEYS[2], lk, ck) -- MGET (gcra_alone.lua; a batch may answer from its last write)
 local stored, paused = got[1] or '', got[2] or ''
 local tat = nil
+-- The state is "tat interval tau": the TAT and the contract it was stored
+-- under (a bare TAT, written before contracts were recorded, is read as it
+-- is). One stored under another contract (changed live) is read as this
+-- one reads it: gcra.Kernel.Convert, operation for operation.
+local own = ARGV[2] .. ' ' .. ARGV[3]
 if got[1] then
-  tat = tonumber(got[1])
+  local raw, under = got[1], nil
+  local sp = string.find(raw, ' ', 1, true)
+  if sp then raw, under = string.sub(raw, 1, sp - 1), string.sub(raw, sp + 1) end
+  tat = tonumber(raw)
   if not tat or tat ~= tat or tat == math.huge or tat == -math.huge then
     return redis.error_reply('TKSTATE 0 holds a corrupt state')
+  end
+  if under and under ~= own then
+    local a, b = string.match(under, '^(%S+) (%S+)$')
+    local sint, stau = tonumber(a), tonumber(b)
+    if not (sint and stau) or not (sint > 0) or stau ~= stau then
+      return redis.error_reply('TKSTATE 0 holds a corrupt state')
+    end
+    if (sint ~= interval or stau ~= tau) and tat > now then -- gcra.Kernel.Convert, inlined (with gcra.sumUp's rounding)
+      local y = (tat - now) * (interval / sint)
+      local units = now + y
+      local ub = units - now
+      if (now - (units - ub)) + (y - ub) > 0 then
+        local m, e = math.frexp(units)
+        units = units + math.ldexp(1, e - 53)
+      end
+      local kept = (tat - stau) + tau
+      if kept > units then tat = kept else tat = units end
+    end
   end
 end -- MGET reads a key of another type as nil: the SET below refuses to overwrite it
 if ARGV[6] and ARGV[6] ~= '' then
@@ -92,13 +118,16 @@ if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recor
   led = ledger_lib()
   local l = led.decode(got[3])
   if not l then return redis.error_reply('TKSTATE 0 ledger key holds a corrupt value') end
+  local bad = led.check(lk) -- before anything is written
+  if bad then return redis.error_reply('TKSTATE 0 ' .. bad) end
   local floor = now
   if floor_v and floor_v > floor then floor = floor_v end
   local before = math.huge
   if wait <= max_wait then before = now + wait end
   local fits = led.fits(l, interval, tau) -- a Ledger made under another contract (changed live) is not used
-  local at, seq = nil, nil
-  if fits then at, seq = led.take(l, lk[3], lk[2], interval, max_wait, now, floor, before, cost) end
+  local at, seq, why = nil, nil, nil
+  if fits then at, seq, why = led.take(l, lk[3], lk[2], interval, max_wait, now, floor, before, cost) end
+  if why then return redis.error_reply('TKSTATE 0 ' .. why) end
   if at then
     led.save(l, lk, tat or now, now)
     if advance then advance(at) end
@@ -120,12 +149,24 @@ if excess < 0 then excess = 0 end
 local base = ahead
 local v = wait - excess
 if v > base then base = v end
-local next_tat = now + (base + tc)
+local next_tat -- now + (base + tc) rounded up: lib.lua's gcra_sum_up and gcra_up, inlined
+do
+  local y = base + tc
+  local yb = y - base
+  local e = (base - (y - yb)) + (tc - yb)
+  next_tat = now + y
+  local rb = next_tat - now
+  if ((now - (next_tat - rb)) + (y - rb)) + e > 0 then
+    local m, x = math.frexp(next_tat)
+    if m == -0.5 then x = x - 1 end
+    next_tat = next_tat + math.ldexp(1, x - 53)
+  end
+end
 local ttl = math.ceil(next_tat - now) -- the time until the key is cold, as reserve.lua's status gives it
 if ttl < 1 then ttl = 1 end
 -- SET ... GET (Redis 6.2+) aborts, writing nothing, when the key holds another
 -- type: the check costs no extra call.
-local set = write_tat(KEYS[1], string.format('%.17g', next_tat), ttl) -- SET ... PX ttl GET, as pcall
+local set = write_tat(KEYS[1], string.format('%.17g', next_tat) .. ' ' .. own, ttl) -- SET ... PX ttl GET, as pcall
 if type(set) == 'table' and set.err then
   if string.sub(set.err, 1, 9) == 'WRONGTYPE' then
     return redis.error_reply('TKSTATE 0 holds a value of another type')

@@ -30,18 +30,30 @@ for i = 1, n do -- read and check everything before writing anything
     w.st = decode(raw)
     if not w.st then return refuse(i, 'holds a corrupt state') end
     work[#work + 1] = w
-  elseif raw then
-    local st = decode(raw)
-    if not st or #st ~= 1 then return refuse(i, 'holds a corrupt state') end
-    w.s = st[1]
+  elseif w.kind ~= 'g' then -- no state: cold (expired); an extra is still charged, on the cold state
+    if w.actual > w.cost then
+      w.st = {}
+      work[#work + 1] = w
+    end
+  else
+    if raw then
+      local st = decode(raw)
+      if st then st = gcra_read(p, st, now) end
+      if not st or #st ~= 1 then return refuse(i, 'holds a corrupt state') end
+      w.s = st[1]
+    end
     local lraw, lwhy = get(w.lk[1])
     if lraw == nil then return refuse(i, 'ledger key ' .. lwhy) end
     if lraw then
       w.l = led.decode(lraw)
       if not w.l then return refuse(i, 'ledger key holds a corrupt value') end
     end
-    work[#work + 1] = w
-  end -- no state: cold (expired), nothing to give back
+    local bad = led.check(w.lk)
+    if bad then return refuse(i, bad) end
+    -- No state: the key went cold (expired) and nothing comes back; an
+    -- extra is still charged (gcra.Kernel.ChargeCold).
+    if raw or w.actual > w.cost then work[#work + 1] = w end
+  end
 end
 local changed = 0
 for _, w in ipairs(work) do
@@ -56,17 +68,18 @@ for _, w in ipairs(work) do
   else
   local s, act = w.s, w.actual
   if act < 0 then act = 0 end
-  if w.l and not led.fits(w.l, w.interval, w.tau) then -- another contract's Ledger: an extra is charged, nothing given back
+  if not s and w.l and led.fits(w.l, w.interval, w.tau) then -- cold, its Ledger still held: it tells a copy
+    s = led.settle(w.l, w.lk, w.interval, w.tau, now, at, w.cost, act, w.seq, w.tag, now)
+  elseif not s then -- cold (expired): every departure it held was at most now; the extra raises them
+    s = now + (w.interval * act - w.interval * w.cost)
+    w.l = led.new(s, now, w.interval, w.tau)
+    if w.seq == 0 then led.claim_pre(w.lk[4], w.tag) end
+  elseif w.l and not led.fits(w.l, w.interval, w.tau) then -- another contract's Ledger: an extra is charged, nothing given back
     if act > w.cost then s = s + (w.interval * act - w.interval * w.cost) end
   elseif not w.l and w.seq == 0 and s == w.tag then -- the tail: all of it comes back, and a Ledger begins
-    local tc, ta = w.interval * w.cost, w.interval * act
-    if act == 0 then
-      s = s - tc
-    else
-      s = math.max(s - (tc - ta), at + math.min(ta, w.tau))
-    end
+    s = gcra_settle_tail(w.interval, w.tau, s, at, w.cost, act)
     w.l = led.new(s, now, w.interval, w.tau)
-    led.claim_pre(w.lk[4], w.tag, now)
+    led.claim_pre(w.lk[4], w.tag)
   else
     if not w.l then w.l = led.new(s, now, w.interval, w.tau) end
     if w.actual < 0 and holes_ok then
@@ -78,7 +91,7 @@ for _, w in ipairs(work) do
   if s ~= w.s then
     local ttl = math.ceil(s - now)
     if ttl < 1 then ttl = 1 end
-    redis.call('SET', w.sk, fmt(s), 'PX', ttl)
+    redis.call('SET', w.sk, gcra_encode(w.p, {s}), 'PX', ttl)
     changed = changed + 1
   end
   led.save(w.l, w.lk, s, now)

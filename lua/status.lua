@@ -1,6 +1,6 @@
 
 -- status: the standing of N dimensions' keys at now, read without writing
--- anything (algorithms.Peek).
+-- anything (algorithms.Peek), bounded by the partners' clamps on them.
 -- KEYS: per dimension, its state key then its pause key.
 -- ARGV[1]: now in ms ('' for the server's TIME); then per dimension 8 values:
 --   kind, six parameters, cost (0: the request leaves the dimension out);
@@ -25,6 +25,32 @@ else
   local wait, binding = pick(dims, now)
   bind = binding - 1
   if not_before - now > wait then bind = -1 end
+end
+-- A partner's clamp in force (read_dims: d.clamp), as shaper's clampFigures:
+-- a clamped key is not cold before its reset, and when a key the request
+-- departs on is clamped, at most one request departs at once: every
+-- dimension it departs on (under 'any', those whose delay is within its
+-- wait) has at most 1 remaining.
+local wait = math.huge
+if ARGV[2 + n * 8] == 'any' then
+  for i = 1, n do
+    if dims[i].cost ~= 0 and delays[i] < wait then wait = delays[i] end
+  end
+  if not_before - now > wait then wait = not_before - now end
+end
+local held = false
+for i = 1, n do
+  local c = dims[i].clamp
+  if c then
+    local r = c[3] - now
+    if r > resets[i] then resets[i] = r end
+    if dims[i].cost ~= 0 and delays[i] <= wait then held = true end
+  end
+end
+if held then
+  for i = 1, n do
+    if dims[i].cost ~= 0 and delays[i] <= wait and rems[i] > 1 then rems[i] = 1 end
+  end
 end
 local reply = {fmt(now), fmt(not_before), tostring(bind)}
 for i = 1, n do

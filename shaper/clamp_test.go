@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -207,4 +208,207 @@ func TestRedisWaitDepartsOnASlotBeforeItsDeadline(t *testing.T) {
 	if waited := time.Since(start); waited < 900*time.Millisecond {
 		t.Fatalf("departed after %v, before its slot", waited)
 	}
+}
+
+// clampStores returns, per store kind, a maker of a fresh store: memory,
+// and a Redis node on the shaper's clock (timeless: TTLs in simulated ms).
+func clampStores(t *testing.T) map[string]func() Store {
+	t.Helper()
+	_, node := redisClient(t)
+	client := timeless(node)
+	return map[string]func() Store{
+		"memory": func() Store {
+			m := NewMemoryStore(WithSweepInterval(0))
+			t.Cleanup(func() { _ = m.Close() })
+			return m
+		},
+		"redis": func() Store { return NewRedisStore(client, WithClientClock(), WithRedisTimeout(slowMachine)) },
+	}
+}
+
+// admittedAtOnce counts the requests of cost 1 that Allow admits on key one
+// after another at the clock's instant (it consumes them).
+func admittedAtOnce(t *testing.T, s *Shaper, key string) int64 {
+	t.Helper()
+	n := int64(0)
+	for ; n < 100; n++ {
+		ok, err := s.Allow(bg, key, 1)
+		if err != nil {
+			t.Fatalf("Allow(%q): %v", key, err)
+		}
+		if !ok {
+			break
+		}
+	}
+	return n
+}
+
+// Right after Clamp(5, 10 s) at 20/s burst 4 only one request departs at
+// once, and Status says so: Remaining 1, not the contract's 4 (issue item
+// 13); once it has left, 0 and the next slot 2 s on, as for a pause; then
+// 1 again at that slot; the key is not cold before the clamp's reset, and
+// after it the contract alone counts. The leaky bucket, GCRA and the token
+// bucket, on memory and on a Redis node.
+func TestStatusUnderAClampSaysWhatDepartsAtOnce(t *testing.T) {
+	t.Parallel()
+	stores := clampStores(t)
+	for _, alg := range []struct {
+		name string
+		alg  Algorithm
+	}{{"leaky", LeakyBucket}, {"gcra", GCRA}, {"token", TokenBucket}} {
+		for kind, store := range stores {
+			t.Run(alg.name+"/"+kind, func(t *testing.T) {
+				clock := timer.NewFake(t0)
+				s, err := New(store(), PerSecond(20).WithBurst(4), WithClock(clock), WithAlgorithm(alg.alg), WithPrefix("clamp-status-"+alg.name+":"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Clamp(bg, "k", 5, 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				start := clock.Now()
+				st, err := s.Status(bg, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := admittedAtOnce(t, s, "k"); st.Remaining != got || got != 1 {
+					t.Fatalf("right after the clamp Status says %d remain, Allow admits %d at once (want 1): %s", st.Remaining, got, statusText(st, start))
+				}
+				if !st.Next.Equal(start) || !st.PausedUntil.IsZero() || st.Binding != "" || st.ResetAt.Before(start.Add(10*time.Second)) {
+					t.Fatalf("right after the clamp: %s, paused until %v", statusText(st, start), st.PausedUntil)
+				}
+				st, err = s.Status(bg, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				slot := start.Add(2 * time.Second)
+				if st.Remaining != 0 || st.Binding != "pause" || !st.Next.Equal(slot) || !st.PausedUntil.Equal(slot) {
+					t.Fatalf("once the slot is taken: %s, paused until +%v", statusText(st, start), st.PausedUntil.Sub(start))
+				}
+				clock.Advance(2 * time.Second)
+				st, err = s.Status(bg, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := admittedAtOnce(t, s, "k"); st.Remaining != got || got != 1 {
+					t.Fatalf("at the next slot Status says %d remain, Allow admits %d at once (want 1)", st.Remaining, got)
+				}
+				clock.Advance(8 * time.Second) // the reset: the contract alone
+				st, err = s.Status(bg, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := admittedAtOnce(t, s, "k"); st.Remaining != got || got != 4 {
+					t.Fatalf("after the reset Status says %d remain, Allow admits %d at once (want the burst, 4)", st.Remaining, got)
+				}
+			})
+		}
+	}
+}
+
+// Status tells what the next calls would get: at seeded random instants,
+// among random clamps, pauses, reservations and admissions, Status(key,
+// 1).Remaining is the number of requests of cost 1 that Allow admits one
+// after another at that instant. Shapers of one contract (the leaky
+// bucket, GCRA, the token bucket) and of two dimensions whose account
+// dimension is shared by keys (All and Any, so that a clamp on one key
+// holds the others' account), on memory and on a Redis node.
+func TestStatusRemainingIsWhatAllowAdmitsAtOnce(t *testing.T) {
+	t.Parallel()
+	account := func(key string) string { return "acct:" + key[:1] }
+	two := func(any bool) func(Store, Clock, string) (*Shaper, error) {
+		return func(store Store, clock Clock, prefix string) (*Shaper, error) {
+			dims := []Dimension{
+				{Name: "account", Rate: PerSecond(8).WithBurst(3), Key: account},
+				{Name: "own", Rate: PerSecond(20).WithBurst(4)},
+			}
+			if any {
+				return Any(store, dims, WithClock(clock), WithPrefix(prefix))
+			}
+			return All(store, dims, WithClock(clock), WithPrefix(prefix))
+		}
+	}
+	one := func(alg Algorithm) func(Store, Clock, string) (*Shaper, error) {
+		return func(store Store, clock Clock, prefix string) (*Shaper, error) {
+			return New(store, PerSecond(20).WithBurst(4), WithClock(clock), WithAlgorithm(alg), WithPrefix(prefix))
+		}
+	}
+	shapers := []struct {
+		name string
+		make func(Store, Clock, string) (*Shaper, error)
+	}{{"leaky", one(LeakyBucket)}, {"gcra", one(GCRA)}, {"token", one(TokenBucket)}, {"all", two(false)}, {"any", two(true)}}
+	keys := []string{"a1", "a2", "b1"}
+	stores := clampStores(t)
+	for seed, sh := range shapers {
+		for kind, store := range stores {
+			t.Run(sh.name+"/"+kind, func(t *testing.T) {
+				clock := timer.NewFake(t0)
+				s, err := sh.make(store(), clock, "clamp-prop-"+sh.name+":")
+				if err != nil {
+					t.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(uint64(seed), 13))
+				var log []string
+				checked, clamped := 0, 0
+				for i := range 400 {
+					key := keys[rng.IntN(len(keys))]
+					switch op := rng.IntN(20); {
+					case op < 7:
+						st, err := s.Status(bg, key, 1)
+						if err != nil {
+							t.Fatal(err)
+						}
+						held := clampHolds(t, s, key)
+						got := admittedAtOnce(t, s, key)
+						log = append(log, fmt.Sprintf("%d status %q: %s held %v, admitted %d", i, key, statusText(st, clock.Now()), held, got))
+						if st.Remaining != got {
+							t.Fatalf("step %d: Status(%q, 1) says %d remain, Allow admits %d at once\n%s", i, key, st.Remaining, got, tail(log, 12))
+						}
+						checked++
+						if held {
+							clamped++
+						}
+					case op < 10:
+						n, reset := int64(rng.IntN(7)), time.Duration(rng.IntN(3000))*time.Millisecond
+						if err := s.Clamp(bg, key, n, reset); err != nil {
+							t.Fatal(err)
+						}
+						log = append(log, fmt.Sprintf("%d clamp %q %d in %v", i, key, n, reset))
+					case op < 11:
+						d := time.Duration(rng.IntN(800)) * time.Millisecond
+						if err := s.Pause(bg, key, d); err != nil {
+							t.Fatal(err)
+						}
+						log = append(log, fmt.Sprintf("%d pause %q %v", i, key, d))
+					case op < 14:
+						cost := int64(1 + rng.IntN(2))
+						r, err := s.Reserve(bg, key, cost)
+						log = append(log, fmt.Sprintf("%d reserve %q %d: %v %v", i, key, cost, r.Delay, errText(err)))
+					case op < 15:
+						ok, err := s.Allow(bg, key, 1)
+						if err != nil {
+							t.Fatal(err)
+						}
+						log = append(log, fmt.Sprintf("%d allow %q: %v", i, key, ok))
+					default:
+						d := time.Duration(rng.IntN(400)) * time.Millisecond
+						clock.Advance(d)
+						log = append(log, fmt.Sprintf("%d advance %v", i, d))
+					}
+				}
+				if checked < 50 || clamped < 10 {
+					t.Fatalf("the walk checked %d instants, %d under a clamp: too few", checked, clamped)
+				}
+			})
+		}
+	}
+}
+
+// tail returns the last n lines of log, one a line.
+func tail(log []string, n int) string {
+	out := ""
+	for _, l := range log[max(0, len(log)-n):] {
+		out += l + "\n"
+	}
+	return out
 }

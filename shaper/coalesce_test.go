@@ -139,7 +139,7 @@ func TestRedisABadReservationFailsAloneInItsBatch(t *testing.T) {
 	node, cluster := nodeAndCluster(t)
 	for _, c := range []redis.UniversalClient{node, cluster} {
 		clock := timer.NewFake(t0)
-		rs := NewRedisStore(c, WithClientClock())
+		rs := NewRedisStore(c, WithClientClock(), WithRedisTimeout(slowMachine))
 		s, err := New(rs, PerSecond(10), WithClock(clock), WithPrefix("bad:"), WithMaxQueue(time.Hour))
 		if err != nil {
 			t.Fatal(err)
@@ -180,7 +180,7 @@ func TestRedisAGrantNobodyWaitsForGoesBack(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
 	clock := timer.NewFake(t0)
-	rs := NewRedisStore(c, WithClientClock())
+	rs := NewRedisStore(c, WithClientClock(), WithRedisTimeout(slowMachine))
 	s, err := New(rs, PerSecond(10), WithClock(clock), WithPrefix("left:"), WithMaxQueue(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -304,12 +304,12 @@ func TestRedisARunOnOneKeyReadsOnceAndLeavesWhatEachCallWould(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
 	clock := timer.NewFake(t0)
-	rs := NewRedisStore(c, WithClientClock())
+	rs := NewRedisStore(c, WithClientClock(), WithRedisTimeout(slowMachine))
 	s, err := New(rs, PerSecond(10), WithClock(clock), WithPrefix("run:"), WithMaxQueue(time.Hour), WithContractRefresh(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	alone, err := New(NewRedisStore(c, WithClientClock(), WithCoalescing(false)), PerSecond(10), WithClock(clock), WithPrefix("one:"), WithMaxQueue(time.Hour))
+	alone, err := New(NewRedisStore(c, WithClientClock(), WithCoalescing(false), WithRedisTimeout(slowMachine)), PerSecond(10), WithClock(clock), WithPrefix("one:"), WithMaxQueue(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +409,7 @@ func TestRedisAPassedGrantNobodyWaitsForIsKept(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
 	clock := timer.NewFake(t0)
-	rs := NewRedisStore(c, WithClientClock())
+	rs := NewRedisStore(c, WithClientClock(), WithRedisTimeout(slowMachine))
 	s, err := New(rs, PerSecond(10), WithClock(clock), WithPrefix("passed:"), WithMaxQueue(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -434,8 +434,12 @@ func TestRedisCallersThatLeaveKeepTheContract(t *testing.T) {
 		for seed := range uint64(6) {
 			rng := rand.New(rand.NewPCG(seed, 5))
 			clock := timer.NewFake(t0)
-			rs := NewRedisStore(c, WithClientClock())
-			s, err := New(rs, PerSecond(10), WithClock(clock), WithPrefix(fmt.Sprintf("leave%d-%d:", ci, seed)), WithMaxQueue(3*time.Second))
+			// A generous timeout and queue: the test is about the slots kept,
+			// and on a loaded machine a call can take longer than the
+			// default 250 ms, and the kept grants of 8 rounds (up to 80)
+			// can pass a 3 s queue.
+			rs := NewRedisStore(c, WithClientClock(), WithRedisTimeout(slowMachine))
+			s, err := New(rs, PerSecond(10), WithClock(clock), WithPrefix(fmt.Sprintf("leave%d-%d:", ci, seed)), WithMaxQueue(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -498,12 +502,12 @@ func TestRedisCallersThatLeaveKeepTheContract(t *testing.T) {
 func TestRedisAQueuedReservationDecidesWhenSent(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
-	one := NewRedisStore(c, WithClientClock())
+	one := NewRedisStore(c, WithClientClock(), WithRedisTimeout(slowMachine))
 	s1, err := New(one, PerSecond(10), WithPrefix("late:"), WithMaxQueue(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, err := New(NewRedisStore(c, WithClientClock(), WithCoalescing(false)), PerSecond(10), WithPrefix("late:"), WithMaxQueue(time.Hour))
+	s2, err := New(NewRedisStore(c, WithClientClock(), WithCoalescing(false), WithRedisTimeout(slowMachine)), PerSecond(10), WithPrefix("late:"), WithMaxQueue(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,3 +65,8 @@ func mustReserve(t *testing.T, s *Shaper, key string, cost int64) Reservation {
 }
 
 func newFakeAt(t time.Time) *timer.Fake { return timer.NewFake(t) }
+
+// about reports whether a refusal's reported delay d is want, up to the 2 ns
+// its two parts (the wait past the deadline and the deadline's distance)
+// may add: each is rounded up to the nanosecond, never down.
+func about(d, want time.Duration) bool { return d >= want && d <= want+2 }

@@ -40,6 +40,7 @@ type contract struct {
 	dims     []*dim
 	maxQueue time.Duration
 	version  uint64 // the version of the store's record it follows (0: the configured contract)
+	fields   string // the record's fields, canonical (see record.print): a record deleted and made anew restarts its version
 	// watch is the version in force: a MemoryStore's record version, which
 	// any shaper under the prefix may change; on a RedisStore the version
 	// this shaper adopted last (liveState.adopted). The contract is in
@@ -177,7 +178,7 @@ func (s *Shaper) adopt(rec record) error {
 	if rec.identity != s.identity {
 		rec = record{}
 	}
-	if rec.version == s.cur.Load().version {
+	if cur := s.cur.Load(); rec.version == cur.version && rec.print() == cur.fields {
 		return nil
 	}
 	c, err := s.build(rec)
@@ -200,7 +201,7 @@ func (s *Shaper) adopt(rec record) error {
 // build returns the contract rec describes: the configured one with rec's
 // fields. Nothing is bound yet.
 func (s *Shaper) build(rec record) (*contract, error) {
-	c := &contract{maxQueue: s.base.maxQueue, version: rec.version, watch: s.watch}
+	c := &contract{maxQueue: s.base.maxQueue, version: rec.version, fields: rec.print(), watch: s.watch}
 	if v, ok := rec.fields[maxQueueField]; ok {
 		ns, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ns < 0 {
@@ -257,9 +258,14 @@ func (a Algorithm) changeable(from, to Rate) error {
 
 // SetRate changes the rate of the named dimension ("" for a shaper of one
 // contract) while the shaper runs: no restart, and no burst at the switch.
-// Slots already granted keep their times; the key's schedule carries over,
-// so a key that was busy stays busy and new requests queue after it at the
-// new rate. On a RedisStore the change is recorded in Redis, and every
+// Slots already granted keep their times, and no slot granted after the
+// change departs ahead of one granted before it. The key's schedule carries
+// over: the work still queued on it counts in units at the new rate (3
+// units queued at 10/s hold a key for 1.5 s at 2/s), so a key that was busy
+// stays busy, and new requests queue after it at the new rate. A shaper
+// that has not followed the change yet reads the schedule the same way, in
+// its own contract, so while a change propagates the fleet stays within
+// the more generous of the two contracts. On a RedisStore the change is recorded in Redis, and every
 // shaper of the fleet under the same prefix and configured contract
 // follows it within its refresh interval (WithContractRefresh), processes
 // started later included. docs/SHAPER.md says how a fleet changes its
@@ -463,6 +469,17 @@ func (m *MemoryStore) rebind(d *dim) (any, error) {
 		sh.mu.Unlock()
 	}
 	return md, nil
+}
+
+// print returns rec's fields in one canonical string: two records with the
+// same version are the same change only if they print the same (a record
+// deleted from Redis by hand restarts its version at 1).
+func (rec record) print() string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(rec.fields)) {
+		fmt.Fprintf(&b, "%s=%s;", k, rec.fields[k])
+	}
+	return b.String()
 }
 
 // clone returns rec with its own fields.

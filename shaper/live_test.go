@@ -24,8 +24,8 @@ func liveStores(t *testing.T) map[string]func() Store {
 	t.Cleanup(func() { _ = mem.Close() })
 	return map[string]func() Store{
 		"memory":  func() Store { return mem },
-		"redis":   func() Store { return NewRedisStore(node, WithClientClock()) },
-		"cluster": func() Store { return NewRedisStore(cluster, WithClientClock()) },
+		"redis":   func() Store { return NewRedisStore(node, WithClientClock(), WithRedisTimeout(slowMachine)) },
+		"cluster": func() Store { return NewRedisStore(cluster, WithClientClock(), WithRedisTimeout(slowMachine)) },
 	}
 }
 
@@ -41,9 +41,9 @@ func departures(t *testing.T, s *Shaper, key string, n int) []time.Duration {
 
 // A rate changed live holds from the next reservation, with no burst at the
 // switch: slots granted before keep their times, and the key's schedule
-// (its TAT) carries over, what was granted before counted at the old
-// contract's cost, so new requests queue after the old ones at the new
-// pace; on every store.
+// carries over (gcra.Kernel.Convert): the work still queued counts in units
+// at the new cost, and nothing departs ahead of a slot granted before; on
+// every store.
 func TestSetRateHoldsFromTheNextReservation(t *testing.T) {
 	t.Parallel()
 	for kind, store := range liveStores(t) {
@@ -61,14 +61,19 @@ func TestSetRateHoldsFromTheNextReservation(t *testing.T) {
 			if r, _ := s.Rate(""); r != PerSecond(2) {
 				t.Fatalf("Rate() = %v after SetRate(2/s)", r)
 			}
-			// The TAT (400 ms: the slot at 300 ms paid at 10/s), then every 500 ms.
+			// The 4 units queued until 400 ms cost 500 ms each now: the TAT
+			// is 2 s, then every 500 ms.
 			got = append(got, departures(t, s, "k", 2)...)
 			if err := s.SetRate(bg, "", PerSecond(100).WithBurst(5)); err != nil {
 				t.Fatal(err)
 			}
-			// The TAT (1.4 s) plus 10 ms less the new tolerance (50 ms): 1.36 s, then every 10 ms.
+			// The 6 units queued until 3 s would cost 60 ms now, but the
+			// last slot granted (2.5 s) holds: the TAT stays 50 ms (the new
+			// tolerance) past it, less the old one (500 ms): 2.55 s, and
+			// the next departs 10 ms less the tolerance after it, 2.51 s,
+			// then every 10 ms.
 			got = append(got, departures(t, s, "k", 3)...)
-			want := []time.Duration{100, 200, 300, 400, 900, 1360, 1370, 1380}
+			want := []time.Duration{100, 200, 300, 2000, 2500, 2510, 2520, 2530}
 			for i := range want {
 				want[i] *= time.Millisecond
 			}
@@ -84,10 +89,10 @@ func TestSetRateHoldsFromTheNextReservation(t *testing.T) {
 
 // Every algorithm follows a lowered limit at once, its state carried over:
 // a window or a quota admits its new Count less what it already counted
-// (1 of 4, 3 taken); GCRA counts the 3 taken at the old cost (6 s each, 18
-// s of its 60 s tolerance at 4/min: 2 more); a token bucket keeps its
-// tokens up to the new burst (4), as x/time/rate's SetLimit and SetBurst
-// do. A window's Period cannot change.
+// (1 of 4, 3 taken); so does GCRA, whose 3 units still queued cost the new
+// interval (15 s each, 45 s of its 60 s tolerance at 4/min: 1 more); a
+// token bucket keeps its tokens up to the new burst (4), as x/time/rate's
+// SetLimit and SetBurst do. A window's Period cannot change.
 func TestSetRateHoldsOnEveryAlgorithm(t *testing.T) {
 	t.Parallel()
 	for kind, store := range liveStores(t) {
@@ -116,8 +121,6 @@ func TestSetRateHoldsOnEveryAlgorithm(t *testing.T) {
 				}
 				want := 1
 				switch alg {
-				case GCRA:
-					want = 2
 				case TokenBucket:
 					want = 4
 				}
@@ -166,7 +169,7 @@ func TestAFleetFollowsALiveChange(t *testing.T) {
 			clock := timer.NewFake(t0)
 			name := "fleet-follows-" + kind
 			process := func(rate Rate) *Shaper {
-				s, err := New(NewRedisStore(client, WithClientClock()), rate, WithClock(clock), WithName(name), WithMaxQueue(time.Minute))
+				s, err := New(NewRedisStore(client, WithClientClock(), WithRedisTimeout(slowMachine)), rate, WithClock(clock), WithName(name), WithMaxQueue(time.Minute))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"cmp"
 	"context"
 	"hash/maphash"
 	"math"
@@ -93,6 +94,21 @@ func (sp *memSpace) floor(key string, now float64) float64 {
 		}
 	}
 	return f
+}
+
+// getAt is keys.get, with a TAT stored under another contract than kernel
+// k's (changed live) read as k reads it (tatKeys.at); k is nil for the
+// algorithms other than the GCRA family.
+func (sp *memSpace) getAt(key string, k *gcra.Kernel, now float64) (algorithms.State, bool) {
+	t := &sp.tats
+	if t.index == nil || k == nil {
+		return sp.keys.get(key)
+	}
+	i, ok := t.index[key]
+	if !ok {
+		return nil, false
+	}
+	return algorithms.State{t.at(i, k, now)}, true
 }
 
 // advance moves key's clamp, if one holds at now, past a departure before
@@ -356,7 +372,7 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 	i, exists := t.index[key]
 	tat := gcra.Cold
 	if exists {
-		tat = t.slab[i]
+		tat = t.at(i, k, now)
 		if t.gens[i]&hasLedger != 0 {
 			return m.ledgered(sp, i, k, key, cost, now, dec)
 		}
@@ -368,15 +384,15 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 	}
 	dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(wait), k.Remaining(next, now)
 	if exists {
-		t.slab[i] = next
+		t.set(i, next, k)
 	} else {
 		if !m.claim(sh, now) {
 			*dec = algorithms.Decision{}
 			return 0, 0, 0, 0, ErrStoreFull
 		}
-		k := strings.Clone(key) // do not pin the caller's buffer
-		i = t.add(k, next)
-		m.track(nsOf(d), k, next, false)
+		kc := strings.Clone(key) // do not pin the caller's buffer
+		i = t.add(kc, next, k)
+		m.track(nsOf(d), kc, next, false)
 	}
 	if sp.clamps != nil {
 		sp.advance(key, now, now+wait)
@@ -392,7 +408,7 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 // cold key it starts afresh.
 func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key string, cost int64, now float64, dec *algorithms.Decision) (tag float64, gen uint32, seq, at float64, err error) {
 	t := &sp.tats
-	tat, l := t.slab[i], t.ledger(i)
+	tat, l := t.at(i, k, now), t.ledger(i)
 	floor := sp.floor(key, now)
 	next, wait, allowed := k.Reserve(tat, now, floor, cost)
 	before := math.Inf(1)
@@ -412,7 +428,7 @@ func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key strin
 		return 0, 0, 0, 0, nil
 	}
 	dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(wait), k.Remaining(next, now)
-	t.slab[i] = next
+	t.set(i, next, k)
 	sp.advance(key, now, now+wait)
 	switch {
 	case l.Idle(tat, now): // cold, no hole ahead: a fresh Ledger, whose steps know every departure
@@ -436,14 +452,14 @@ func (m *MemoryStore) seedTAT(d *dim, key string, tat, now float64) {
 		return
 	}
 	if i, ok := t.index[key]; ok {
-		if tat > t.slab[i] {
-			t.slab[i] = tat
+		if tat > t.at(i, d.kern, now) {
+			t.set(i, tat, d.kern)
 		}
 		return
 	}
 	if m.claim(sh, now) {
 		k := strings.Clone(key)
-		_ = t.add(k, tat)
+		_ = t.add(k, tat, d.kern)
 		m.track(nsOf(d), k, tat, false)
 	}
 }
@@ -494,7 +510,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 		spaces[i] = sp
 		sh.high = max(sh.high, req.now)
 		floor = max(floor, sp.floor(req.keys[i], req.now))
-		st, exists := sp.keys.get(req.keys[i])
+		st, exists := sp.getAt(req.keys[i], d.kern, req.now)
 		if !exists {
 			fresh++
 		}
@@ -544,6 +560,9 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 		if isNew {
 			m.trackState(spaces[i], nsOf(d), stored, dims[i].State, req.now)
 		}
+		if t := &spaces[i].tats; t.index != nil && d.kern != nil { // stored under d's contract
+			t.under[t.index[req.keys[i]]] = under(d.kern)
+		}
 		seq := 0.0
 		if t := &spaces[i].tats; t.index != nil && !isNew { // a key of the GCRA family with a Ledger records its departure
 			j := t.index[req.keys[i]]
@@ -585,30 +604,70 @@ func (m *MemoryStore) each(ks keyset, f func(sh *memShard, sp *memSpace, d *dim,
 // Ledger; a key with one follows its rule (gcra.Ledger).
 func (m *MemoryStore) settle(_ context.Context, st *settlement) error {
 	keys := st.keys
-	m.each(st.keyset, func(_ *memShard, sp *memSpace, d *dim, i int) {
+	var err error
+	m.each(st.keyset, func(sh *memShard, sp *memSpace, d *dim, i int) {
 		t := &sp.tats
+		extra := st.actual != nil && st.actual[i] > st.costs[i]
 		if d.kern == nil || t.index == nil { // the other algorithms: an extra is charged now, nothing given back
-			if st.actual != nil && st.actual[i] > st.costs[i] {
-				if cur, ok := sp.states.states[keys[i]]; ok {
-					sp.states.states[keys[i]] = d.alg.Commit(cur, st.now, 0, st.actual[i]-st.costs[i])
-				}
+			if !extra {
+				return
+			}
+			if cur, ok := sp.states.states[keys[i]]; ok {
+				sp.states.states[keys[i]] = d.alg.Commit(cur, st.now, 0, st.actual[i]-st.costs[i])
+			} else if m.claim(sh, st.now) { // evicted, cold: the extra is charged on a cold state
+				k := strings.Clone(keys[i])
+				next := d.alg.Commit(nil, st.now, 0, st.actual[i]-st.costs[i])
+				sp.states.states[k] = next
+				m.trackState(sp, nsOf(d), k, next, st.now)
+			} else {
+				err = ErrStoreFull
 			}
 			return
 		}
 		j, ok := t.index[keys[i]]
-		if !ok { // evicted: cold, nothing to give back
+		if !ok { // evicted: cold, nothing to give back; an extra is still charged
+			if extra {
+				err = cmp.Or(err, m.chargeCold(sh, sp, d, keys[i], st, i))
+			}
 			return
 		}
 		before := t.slab[j]
 		l := t.ledger(j)
 		gen := t.gens[j] &^ hasLedger
-		t.slab[j], l = settleTAT(d.kern, t.slab[j], l, &gen, st, i)
+		cur := t.at(j, d.kern, st.now) // as the reservation's contract reads it
+		s, l := settleTAT(d.kern, cur, l, &gen, st, i)
+		if s != cur { // unchanged, it stays as stored (under the contract that stored it), as on Redis
+			t.set(j, s, d.kern)
+		}
 		t.gens[j] = t.gens[j]&hasLedger | gen
 		t.setLedger(j, l)
 		if t.slab[j] < before {
 			m.track(nsOf(d), strings.Clone(keys[i]), t.slab[j], false) // idle earlier than recorded
 		}
 	})
+	return err
+}
+
+// chargeCold charges the extra of a settle on a key of the GCRA family that
+// was evicted: every departure it held was at or before the key went cold,
+// so at most now, and the extra raises their terms: the key's TAT becomes
+// now + T*(actual - cost) (gcra.Kernel.ChargeCold). A Ledger records the
+// reservation as settled, so that a copy of it charges nothing. The caller
+// holds the key's shard.
+func (m *MemoryStore) chargeCold(sh *memShard, sp *memSpace, d *dim, key string, st *settlement, i int) error {
+	if !m.claim(sh, st.now) {
+		return ErrStoreFull
+	}
+	t := &sp.tats
+	s := d.kern.ChargeCold(st.now, st.costs[i], st.actual[i])
+	k := strings.Clone(key)
+	j := t.add(k, s, d.kern)
+	m.track(nsOf(d), k, s, false)
+	l := d.kern.NewLedger(s, st.now)
+	if st.seqs[i] == 0 {
+		l.Claim(st.tags[i])
+	}
+	t.setLedger(j, l)
 	return nil
 }
 
@@ -629,7 +688,7 @@ func settleTAT(k *gcra.Kernel, s float64, l *gcra.Ledger, gen *uint32, st *settl
 			s = k.SettleTail(s, st.at, st.costs[i], actual)
 			*gen = (*gen + 1) &^ hasLedger
 			l = k.NewLedger(s, st.now)
-			l.Claim(st.tags[i], st.now)
+			l.Claim(st.tags[i])
 			return s, l
 		}
 		l = k.NewLedger(s, st.now)
@@ -704,17 +763,22 @@ func (m *MemoryStore) clamp(_ context.Context, ks keyset, now, interval, span fl
 }
 
 // status reads every key with all their shards locked, so that the figures
-// are one instant's, as a reservation would see them.
+// are one instant's, as a reservation would see them; the partners' clamps
+// in force on the keys then bound them (clampFigures, as lua/status.lua).
 func (m *MemoryStore) status(_ context.Context, q *query) error {
 	var shardBuf, lockedBuf [4]*memShard
 	shards, locked := m.lockAll(q.dims, q.keys, shardBuf[:0], lockedBuf[:0])
 	defer unlockAll(locked)
 	dims := make([]algorithms.Dim, len(q.dims))
+	ends := make([]float64, len(q.dims)) // the reset of the clamp in force on each key; 0: none
 	q.until = q.now
 	for i, d := range q.dims {
 		sp := m.space(shards[i], nsOf(d))
 		q.until = max(q.until, sp.floor(q.keys[i], q.now))
-		st, _ := sp.keys.get(q.keys[i])
+		if c, ok := sp.clamps[q.keys[i]]; ok && q.now < c.end {
+			ends[i] = c.end
+		}
+		st, _ := sp.getAt(q.keys[i], d.kern, q.now)
 		dims[i] = algorithms.Dim{Alg: q.algs[i], State: st, Cost: q.costs[i]}
 	}
 	q.at = q.now
@@ -724,6 +788,7 @@ func (m *MemoryStore) status(_ context.Context, q *query) error {
 	} else {
 		q.binding = algorithms.Peek(dims, q.now, q.until, q.figures)
 	}
+	clampFigures(q.figures, q.costs, ends, q.now, q.until, q.any)
 	return nil
 }
 

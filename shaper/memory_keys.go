@@ -38,6 +38,7 @@ type keyStates interface {
 type tatKeys struct {
 	index map[string]uint32       // key -> its TAT's index in slab; nil when the namespace keeps States
 	slab  []float64               // TATs; the slots in free are unused
+	under [][2]float64            // per slab slot, the interval and tolerance its TAT was stored under ({0, 0}: as read; see at)
 	gens  []uint32                // per slab slot, the generation of its last reservation (see grant), and hasLedger
 	led   map[uint32]*gcra.Ledger // the Ledgers of the slots whose gens hold hasLedger (nil until the first)
 	free  []uint32                // slab slots of evicted keys, reused first
@@ -72,9 +73,9 @@ func (t *tatKeys) setLedger(i uint32, l *gcra.Ledger) {
 	t.gens[i] |= hasLedger
 }
 
-// add stores a new key's TAT and returns its slab slot; key must already be
-// a clone.
-func (t *tatKeys) add(key string, tat float64) uint32 {
+// add stores a new key's TAT, stored under kernel k (nil: read as it is by
+// every kernel), and returns its slab slot; key must already be a clone.
+func (t *tatKeys) add(key string, tat float64, k *gcra.Kernel) uint32 {
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i, t.free = t.free[n-1], t.free[:n-1]
@@ -82,10 +83,35 @@ func (t *tatKeys) add(key string, tat float64) uint32 {
 	} else {
 		i = uint32(len(t.slab))
 		t.slab = append(t.slab, tat)
+		t.under = append(t.under, [2]float64{})
 		t.gens = append(t.gens, 0)
 	}
+	t.under[i] = under(k)
 	t.index[key] = i
 	return i
+}
+
+// under returns what a slot records of the kernel its TAT is stored under.
+func under(k *gcra.Kernel) [2]float64 {
+	if k == nil {
+		return [2]float64{}
+	}
+	return [2]float64{k.Interval, k.Tau}
+}
+
+// at returns slot i's TAT as kernel k reads it at now: one stored under
+// another contract (changed live) is converted (gcra.Kernel.Convert).
+func (t *tatKeys) at(i uint32, k *gcra.Kernel, now float64) float64 {
+	if u := t.under[i]; u[0] != 0 && (u[0] != k.Interval || u[1] != k.Tau) {
+		return k.Convert(t.slab[i], now, u[0], u[1])
+	}
+	return t.slab[i]
+}
+
+// set stores slot i's TAT, stored under kernel k.
+func (t *tatKeys) set(i uint32, tat float64, k *gcra.Kernel) {
+	t.slab[i] = tat
+	t.under[i] = under(k)
 }
 
 // grant gives a reservation on slab slot i its generation: a number no
@@ -120,7 +146,7 @@ func (t *tatKeys) put(key string, st algorithms.State) (string, bool, uint32) {
 		return "", false, t.grant(i)
 	}
 	stored := strings.Clone(key)
-	return stored, true, t.grant(t.add(stored, st[0]))
+	return stored, true, t.grant(t.add(stored, st[0], nil))
 }
 
 func (t *tatKeys) remove(key string) bool {

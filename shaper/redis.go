@@ -682,6 +682,7 @@ func (r *RedisStore) settle(ctx context.Context, st *settlement) error {
 		return r.local.settle(ctx, &local)
 	}
 	var rk []string
+	sent := keyset{slot: st.slot} // the dimensions sent, in the script's order: its errors name them by index
 	args := []any{r.now(st.now), script.Float(st.at), "0"}
 	if st.holes {
 		args[2] = "1"
@@ -696,6 +697,7 @@ func (r *RedisStore) settle(ctx context.Context, st *settlement) error {
 			continue
 		}
 		rk = append(rk, all[2*i])
+		sent.dims, sent.keys = append(sent.dims, d), append(sent.keys, st.keys[i])
 		kind, p := d.alg.Params()
 		args = append(args, kind)
 		for _, x := range p {
@@ -706,7 +708,7 @@ func (r *RedisStore) settle(ctx context.Context, st *settlement) error {
 	if len(rk) == 0 {
 		return nil
 	}
-	return r.write(ctx, "settle", st.keyset, func(ctx context.Context, probe bool) error {
+	return r.write(ctx, "settle", sent, func(ctx context.Context, probe bool) error {
 		return r.call(ctx, probe, func(ctx context.Context) error { return script.Settle.Run(ctx, r.client, rk, args...).Err() })
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -438,7 +439,11 @@ func TestRedisDelayCountsFromTheReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustReserve(t, s, "k", 1)
-	tat, err := c.Get(bg, stateKey(s, "k")).Float64()
+	raw, err := c.Get(bg, stateKey(s, "k")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tat, err := strconv.ParseFloat(strings.Fields(raw)[0], 64) // "tat interval tau"
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,7 +126,7 @@ func TestRedisOneRoundTripAndScriptFlush(t *testing.T) {
 func TestRedisKeysExpireWhenIdle(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
-	s, err := New(NewRedisStore(c), PerSecond(20), WithName("ttl")) // T = 50 ms
+	s, err := New(NewRedisStore(c, WithRedisTimeout(slowMachine)), PerSecond(20), WithName("ttl")) // T = 50 ms
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestRedisKeysExpireWhenIdle(t *testing.T) {
 	if n, _ := c.Exists(bg, key...).Result(); n != 0 {
 		t.Fatalf("%d keys still exist after going idle", n)
 	}
-	q, _ := New(NewRedisStore(c), PerSecond(5), WithAlgorithm(Quota(Daily(0))), WithName("q"))
+	q, _ := New(NewRedisStore(c, WithRedisTimeout(slowMachine)), PerSecond(5), WithAlgorithm(Quota(Daily(0))), WithName("q"))
 	mustReserve(t, q, "k", 1)
 	ttl, _ := c.PTTL(bg, redisKeys(keyset{dims: q.cur.Load().dims, keys: []string{"k"}, slot: "k"})[0]).Result()
 	if end := time.Until(time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)); ttl < end-time.Second || ttl > end+time.Second {

@@ -119,7 +119,7 @@ func New(store Store, rate Rate, opts ...Option) (*Shaper, error) {
 
 // All returns a shaper of several contracts at once: a request departs at the
 // earliest instant every dimension allows, and consumes in all or in none;
-// the order of dims never matters. An LLM API's 3,500 requests and 90,000
+// the order of dims never matters; at most MaxDimensions. An LLM API's 3,500 requests and 90,000
 // tokens per minute, reserving each call's tokens as its cost:
 //
 //	shaper.All(store, []shaper.Dimension{
@@ -144,18 +144,22 @@ func All(store Store, dims []Dimension, opts ...Option) (*Shaper, error) {
 // The binding dimension (Status, QueueFullError) is the admitting one with
 // the most requests of the cost left, or, when none admits, the one that
 // admits soonest. A cost that one dimension could never admit leaves that
-// dimension out; at most algorithms.MaxAnyDims dimensions.
+// dimension out; at most MaxDimensions dimensions.
 func Any(store Store, dims []Dimension, opts ...Option) (*Shaper, error) {
-	if len(dims) > algorithms.MaxAnyDims {
-		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimensions", Value: len(dims), Reason: fmt.Sprintf("Any combines at most %d", algorithms.MaxAnyDims)}
-	}
 	return combine(store, dims, opts, true)
 }
+
+// MaxDimensions is the most dimensions All and Any combine: a decision
+// records which dimensions committed in one 64-bit mask.
+const MaxDimensions = algorithms.MaxAnyDims
 
 // combine is All (any false) and Any.
 func combine(store Store, dims []Dimension, opts []Option, any bool) (*Shaper, error) {
 	if len(dims) == 0 {
 		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimensions", Value: 0, Reason: "need at least one"}
+	}
+	if len(dims) > MaxDimensions {
+		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimensions", Value: len(dims), Reason: fmt.Sprintf("a shaper combines at most %d (MaxDimensions)", MaxDimensions)}
 	}
 	seen := map[string]bool{}
 	marked, mapped := 0, 0
@@ -331,17 +335,26 @@ func (r *Reservation) Clock() Clock {
 // contract it takes (all of it when nothing was reserved after it); on a
 // shaper of one contract, the rest is handed to the next reservation that
 // can depart at that very instant. After the slot's time it does nothing
-// (the caller may have departed: Settle says what it used). A reservation
-// is cancelled or settled once; only the leaky bucket and GCRA give back.
+// (the caller may have departed), and the reservation can still be settled
+// with what it used. A done ctx returns ctx.Err() and changes nothing. A
+// reservation is cancelled or settled once; only the leaky bucket and GCRA
+// give back.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	if r.s == nil || r.done {
 		return nil
 	}
-	r.done = true
-	if r.s.cfg.clock.Now().After(r.Time()) {
+	if err := ctx.Err(); err != nil { // nothing happens: a later call may still cancel
+		return err
+	}
+	if r.s.cfg.clock.Now().After(r.Time()) { // the caller may have departed: Settle still can
 		return nil
 	}
-	return r.giveBack(ctx, "cancel", -1)
+	r.done = true
+	if err := r.giveBack(ctx, "cancel", -1); err != nil {
+		r.done = false // the store refused or failed: a retry may give it back (once: the store dedupes)
+		return err
+	}
+	return nil
 }
 
 // Settle records what the call that used r actually cost, once it is known
@@ -352,9 +365,13 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 // reservations wait for it; it is never refused, the call has happened. A
 // multi-dimension shaper maps actual through each dimension's Cost, as
 // Reserve mapped the estimate (a request count stays 1). A reservation is
-// settled or cancelled once. Only the leaky bucket and GCRA give back; the
-// other algorithms keep what they counted and charge an extra at the
-// instant it is settled.
+// settled or cancelled once, however many copies of it are settled or
+// cancelled. Only the leaky bucket and GCRA give back; the other algorithms
+// keep what they counted and charge an extra at the instant it is settled.
+// An extra is charged even once the key has gone idle (its Redis key
+// expired). An actual cost whose extra would hold the key back longer than
+// MaxOverrun is a *CostError, and a done ctx returns ctx.Err(): nothing is
+// recorded then, and a later Settle may still settle it.
 func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if actual < 0 {
 		return &CostError{Algorithm: "settle", Cost: actual, Reason: "the actual cost must be >= 0", Key: r.key}
@@ -362,10 +379,38 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if r.s == nil || r.done {
 		return nil
 	}
+	if err := ctx.Err(); err != nil { // nothing is recorded: a retry with a live ctx settles
+		return err
+	}
 	r.done = true
 	// Even settled at its cost, the store records it: a copy of r cancelled
 	// later must find it settled.
-	return r.giveBack(ctx, "settle", actual)
+	if err := r.giveBack(ctx, "settle", actual); err != nil {
+		r.done = false // refused or failed: a retry may settle it (once: the store dedupes)
+		return err
+	}
+	return nil
+}
+
+// MaxOverrun is the longest a settle may hold a key back for what a call
+// cost beyond its reservation: the charge of the extra units at the
+// dimension's rate (Period/Count per unit). A larger actual cost is a
+// *CostError and records nothing; it is almost always a unit mistake (bytes
+// for kilobytes) that would block the key for years.
+const MaxOverrun = MaxPause
+
+// checkOverrun refuses an actual cost of d's units whose extra over cost
+// would charge more than MaxOverrun, or that float64 cannot hold exactly.
+func checkOverrun(d *dim, key string, cost, actual int64) error {
+	if actual <= cost {
+		return nil
+	}
+	per := d.rate.Period.Seconds() / float64(d.rate.Count) // seconds a unit
+	if actual > gcra.MaxExactCost || float64(actual-cost)*per > MaxOverrun.Seconds() {
+		return &CostError{Algorithm: d.alg.Name(), Cost: actual, Key: key, Dimension: d.name,
+			Reason: fmt.Sprintf("the actual cost would charge %.3g s beyond the reservation at %v, more than MaxOverrun (%v)", float64(actual-cost)*per, d.rate, MaxOverrun)}
+	}
+	return nil
 }
 
 // giveBack hands a cancel (actual -1) or a settle to the store, for the
@@ -385,11 +430,19 @@ func (r *Reservation) giveBack(ctx context.Context, op string, actual int64) err
 						return &CostError{Algorithm: d.alg.Name(), Cost: st.actual[i], Key: r.key, Dimension: d.name, Reason: fmt.Sprintf("the dimension's Cost mapped the actual cost %d to a negative cost", actual)}
 					}
 				}
+				if err := checkOverrun(d, r.m.keys[i], r.m.costs[i], st.actual[i]); err != nil {
+					return err
+				}
 			}
 		}
 	} else {
 		if r.c.dims[0].kern == nil && actual <= r.cost { // the other algorithms only take an extra
 			return nil
+		}
+		if actual >= 0 {
+			if err := checkOverrun(r.c.dims[0], r.key, r.cost, actual); err != nil {
+				return err
+			}
 		}
 		st.keyset = keyset{dims: r.c.dims[:1], keys: []string{r.key}, slot: r.key}
 		st.tags, st.gens, st.seqs, st.costs = []float64{r.tag}, []uint32{r.gen}, []float64{r.seq}, []int64{r.cost}
@@ -739,15 +792,17 @@ func (s *Shaper) Acquire(ctx context.Context, key string, cost int64) (Reservati
 	if !s.queues {
 		return s.waitRetry(ctx, key, cost)
 	}
-	// A pause extended while we wait for it: look again, a few times.
-	var r Reservation
-	for range 4 {
+	// A pause set or extended while we wait: the slot fell inside it and is
+	// lost with it; take a new one after the pause, as often as pauses keep
+	// coming (MaxQueue and the ctx's deadline bound the wait: reserve
+	// refuses a slot past them).
+	for {
 		limit := noLimit
 		if dl, ok := ctx.Deadline(); ok {
 			limit = algorithms.DurationMillis(time.Until(dl))
 		}
-		var err error
-		if r, err = s.reserve(ctx, key, cost, limit); err != nil {
+		r, err := s.reserve(ctx, key, cost, limit)
+		if err != nil {
 			return Reservation{}, err
 		}
 		if r.Delay <= 0 {
@@ -761,7 +816,6 @@ func (s *Shaper) Acquire(ctx context.Context, key string, cost int64) (Reservati
 			return r, nil
 		}
 	}
-	return r, nil
 }
 
 // pauseLead is how long before a slot Wait asks a remote store whether the

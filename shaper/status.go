@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -16,7 +17,11 @@ import (
 // style headers and logs.
 type Status struct {
 	// Remaining is how many units could depart at once, in the binding
-	// dimension's units (0 while the key is paused or has a queue).
+	// dimension's units (0 while the key is paused or has a queue). While
+	// a partner's clamp holds a key the request departs on (Shaper.Clamp),
+	// only one request departs per slot: Remaining is then at most 1 (one
+	// request of one unit) once the slot has come, and 0 before it, as
+	// many as calls of cost 1 made at once would get through.
 	Remaining int64
 	// Next is the earliest instant a request of the cost asked about could
 	// depart, on the shaper's clock (the instant of the read when at once).
@@ -27,12 +32,14 @@ type Status struct {
 	// forgotten and any pause over, the whole burst available.
 	ResetAt time.Time
 	// PausedUntil is when the key's pause ends (Shaper.Pause, a partner's
-	// Retry-After); zero when it is not paused.
+	// Retry-After), or, under a partner's clamp whose next slot has not
+	// come, that slot; zero when it is not paused.
 	PausedUntil time.Time
 	// Binding names the dimension that sets Next and Remaining: the one the
 	// request would wait for longest; when none makes it wait, the one with
 	// the fewest requests of its cost left (Reservation.Remaining follows
-	// the same rule). "pause" for a pause; "" for a shaper of one contract.
+	// the same rule). "pause" for a pause (or a clamp's next slot); "" for
+	// a shaper of one contract.
 	Binding string
 	// Dimensions holds every dimension's own figures, in name order (one,
 	// named "", for a shaper of one contract).
@@ -43,9 +50,9 @@ type Status struct {
 type DimensionStatus struct {
 	Name      string
 	Key       string    // the dimension's key, after its Key mapping
-	Remaining int64     // units that could depart at once, in the dimension's units
-	Next      time.Time // when the request's cost in this dimension could depart, pauses aside (the read's instant for a dimension the request leaves out)
-	ResetAt   time.Time // when the dimension's key is back to cold, pauses aside
+	Remaining int64     // units that could depart at once, in the dimension's units, pauses aside; at most 1 on a dimension the request departs on while a partner's clamp holds a key it departs on (see Status)
+	Next      time.Time // when the request's cost in this dimension could depart, pauses and clamps' slots aside (the read's instant for a dimension the request leaves out)
+	ResetAt   time.Time // when the dimension's key is back to cold, pauses aside: never before the end of a partner's clamp on it
 }
 
 // Status reports key's standing for a request of cost, without consuming
@@ -55,6 +62,15 @@ type DimensionStatus struct {
 // Redis TIME; while Redis is down FailLocal answers from its local store
 // and the other policies return a *StoreError. Costs are checked as
 // Reserve checks them.
+//
+// A partner's clamp (Shaper.Clamp) counts as the calls would find it:
+// while it holds a key until its reset, nothing departs on the key before
+// the clamp's next slot (Next, PausedUntil and Binding "pause" as for a
+// pause), and each departure moves that slot an interval on, so at most one
+// request departs at once. Remaining is then min(what the contract allows,
+// 1) once the slot has come and 0 before it, on every dimension the
+// request departs on (under Any, those that would commit); the key is not
+// cold (ResetAt) before the clamp's reset.
 func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, error) {
 	if s == nil {
 		return Status{}, errNilShaper
@@ -126,6 +142,52 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 		out.Remaining = 0
 	}
 	return out, nil
+}
+
+// clampFigures bounds the figures of a status read at now by the partners'
+// clamps in force on its keys (see Status), as lua/status.lua does, bit
+// for bit. ends[i] is the reset of the clamp holding dimension i's key (0:
+// none); until is the store's floor (the latest pause's end or clamp's
+// slot; now when none). A clamped key is not cold before its reset. A
+// request that departs on a clamped key before its reset moves the clamp's
+// next slot past now, so no second one departs at once: then every
+// dimension the request departs on has at most 1 remaining (when the slot
+// comes is the floor's business). A request departs on every dimension of
+// its cost; under Any, only on those whose delay is within its wait, the
+// later of the soonest delay and the floor (algorithms.AnyWithin commits
+// those alone, and moves only their clamps).
+func clampFigures(figs []algorithms.Standing, costs []int64, ends []float64, now, until float64, anyMode bool) {
+	wait := math.Inf(1) // every dimension of the request departs
+	if anyMode {
+		for i, c := range costs {
+			if c != 0 && figs[i].Delay < wait {
+				wait = figs[i].Delay
+			}
+		}
+		if until-now > wait {
+			wait = until - now
+		}
+	}
+	held := false
+	for i, end := range ends {
+		if end == 0 {
+			continue
+		}
+		if r := end - now; r > figs[i].Reset {
+			figs[i].Reset = r
+		}
+		if costs[i] != 0 && figs[i].Delay <= wait {
+			held = true
+		}
+	}
+	if !held {
+		return
+	}
+	for i, c := range costs {
+		if c != 0 && figs[i].Delay <= wait && figs[i].Remaining > 1 {
+			figs[i].Remaining = 1
+		}
+	}
 }
 
 // Status reports the standing of key on the Reserver it routes to (see

@@ -15,6 +15,20 @@
 // and is admitted when delay <= MaxWait (0 for GCRA). Times are float64
 // milliseconds; every product is rounded on its own (float64()) so that no
 // fused multiply-add makes Go differ from the Lua VM.
+//
+// Every TAT the kernel stores (next, Cancel, SettleTail) is rounded up, never
+// to nearest: it is at or above the exact value of the expression it stands
+// for, computed from the same float64 operands, and at most one float64 step
+// above it (see sumUp: the smallest such float64 whenever the span added is
+// below half the instant, as for every TAT of today). A stored slot is
+// therefore never early because of rounding. package algorithms makes T a
+// whole multiple of 2^-12 ms, the step of instants from 2004 to 2039, so that
+// on a present-day key every figure is exact and the rounding never fires;
+// it is the safety net for other magnitudes. The delay a decision returns is
+// (ahead + T*c) - tau rounded to nearest (the Lua scripts compute it so),
+// exact whenever its operands are whole steps below 2^53 of them (70 years),
+// and a departure converted with algorithms.Duration rounds it up to the
+// nanosecond.
 package gcra
 
 import "math"
@@ -74,7 +88,54 @@ func (k *Kernel) next(ahead, now, delay, tc float64) float64 {
 	if v := delay - excess; v > base {
 		base = v
 	}
-	return now + (base + tc)
+	return sumUp(now, base, tc)
+}
+
+// twoSum returns a + b rounded to nearest and the rounding error: s + e is
+// exactly a + b (Knuth's TwoSum, six additions, no product: no fused
+// multiply-add can change it, and the Lua VM computes it identically).
+func twoSum(a, b float64) (s, e float64) {
+	s = a + b
+	bb := s - a
+	e = (a - (s - bb)) + (b - bb)
+	return s, e
+}
+
+// up returns the next float64 above x (lib.lua's gcra_up: for a normal x,
+// x + 2^(e-53) with x = m*2^e, 0.5 <= |m| < 1, one binade lower when x is a
+// negative power of two).
+func up(x float64) float64 { return math.Nextafter(x, math.Inf(1)) }
+
+// sumUp returns now + (base + tc) rounded up: at or above the exact sum of
+// the three float64 operands and at most one step above it, for now >= 0
+// (every clock reading) and base, tc >= 0. The two additions are rounded to
+// nearest and their errors, exact by twoSum, are added (their float sum has
+// the sign of their exact sum): when it is positive the nearest sum lost
+// something, and the next float64 above it is at or above the exact sum,
+// since the two errors together are at most one step there. When base + tc
+// is below half of now (every TAT of today: spans of up to decades) the
+// result is the smallest float64 at or above the exact sum. It is the
+// rounded-to-nearest sum whenever that is exact (every sum of whole or
+// dyadic milliseconds), so it changes nothing there. lib.lua's gcra_sum_up
+// and the next_tat line of reserve_gcra.lua compute the very same
+// operations.
+func sumUp(now, base, tc float64) float64 {
+	y, e := twoSum(base, tc)
+	r, err := twoSum(now, y)
+	if err+e > 0 {
+		r = up(r)
+	}
+	return r
+}
+
+// diffUp returns a - b rounded up (the smallest float64 at or above the
+// exact difference).
+func diffUp(a, b float64) float64 {
+	r, err := twoSum(a, -b)
+	if err > 0 {
+		r = up(r)
+	}
+	return r
 }
 
 // Delay returns how long after now a request of cost first conforms.
@@ -133,13 +194,13 @@ func (k *Kernel) Status(tat, now float64) (remaining, resetAfter float64) {
 
 // Cancel refunds a reservation of cost whose commit stored tat, if and only
 // if the key's schedule still ends with it (stored == tat): no later
-// reservation depends on its slot. It returns the TAT to store and whether
-// it refunded.
+// reservation depends on its slot. It returns the TAT to store, tat - T*c
+// rounded up, and whether it refunded.
 func (k *Kernel) Cancel(stored, tat float64, cost int64) (float64, bool) {
 	if stored != tat {
 		return stored, false
 	}
-	return tat - float64(k.Interval*float64(cost)), true
+	return diffUp(tat, float64(k.Interval*float64(cost))), true
 }
 
 // SettleTail applies the actual cost of the reservation at the tail of a
@@ -147,11 +208,19 @@ func (k *Kernel) Cancel(stored, tat float64, cost int64) (float64, bool) {
 // was granted since), which departs at t: with less, the TAT it stored
 // comes back down as far as its own term allows, max(tat - T*(cost -
 // actual), t + min(T*actual, tau)), all the way for actual 0; with more, it
-// grows by the extra.
+// grows by the extra. Both terms are rounded up (T*cost below the TAT, as
+// for any instant of today): tat - (tc - ta) from the exact difference of
+// the float64 operands, t + min(ta, tau) as sumUp. (settle.lua's tail
+// branch computes them rounded to nearest.)
 func (k *Kernel) SettleTail(tat, t float64, cost, actual int64) float64 {
 	tc, ta := float64(k.Interval*float64(cost)), float64(k.Interval*float64(actual))
 	if actual == 0 {
-		return tat - tc
+		return diffUp(tat, tc)
 	}
-	return math.Max(tat-(tc-ta), t+math.Min(ta, k.Tau))
+	d, e := twoSum(tc, -ta) // d + e = tc - ta exactly
+	r, err := twoSum(tat, -d)
+	if err-e > 0 { // tat - (tc - ta) = r + err - e
+		r = up(r)
+	}
+	return math.Max(r, sumUp(t, 0, math.Min(ta, k.Tau)))
 }

@@ -115,6 +115,15 @@ func (k *Kernel) Charge(s float64, cost, actual int64) float64 {
 	return s
 }
 
+// ChargeCold is what a settle of cost units settled at actual does to a key
+// found cold at now (its state expired or was evicted): every departure it
+// held had a term at most its TAT, which was at most now when it went cold,
+// and the extra raises those terms by T*(actual - cost); so the TAT to
+// store is now plus the extra (now when there is none).
+func (k *Kernel) ChargeCold(now float64, cost, actual int64) float64 {
+	return k.Charge(now, cost, actual)
+}
+
 // Unbounded is the bound of a step whose departures' terms are unknown.
 const Unbounded = 1e300
 
@@ -216,40 +225,48 @@ func (l *Ledger) mark(t, q float64) {
 	}
 }
 
-// claimPre marks cancelled the reservation granted before the Ledger whose
-// commit stored tag (before a Ledger a key's TAT only grows, so a tag names
-// one grant); false when it was already, or when tag is past (its slot is
-// too: cancelling it now would free nothing, and a claim is kept only
-// until then).
-func (l *Ledger) claimPre(tag, now float64) bool {
-	j := 0
-	for j < len(l.pre) && l.pre[j] < now {
-		j++
-	}
-	l.pre = l.pre[j:]
-	if tag < now {
-		return false
-	}
+// MaxPre is how many reservations granted before a Ledger it remembers as
+// settled or cancelled (see claimPre).
+const MaxPre = 64
+
+// claimPre marks settled or cancelled the reservation granted before the
+// Ledger whose commit stored tag (before a Ledger a key's TAT only grows,
+// so a tag names one grant); false when it was already. Claims are kept
+// while the Ledger lives, past their slots, so that a copy settled late
+// does nothing; past MaxPre the oldest is forgotten (a copy of it then
+// charges its extra again: too much, never too little).
+func (l *Ledger) claimPre(tag float64) bool {
 	i, found := slices.BinarySearch(l.pre, tag)
 	if found {
 		return false
 	}
 	l.pre = slices.Insert(l.pre, i, tag)
+	if len(l.pre) > MaxPre {
+		l.pre = slices.Delete(l.pre, 0, 1)
+	}
 	return true
 }
 
-// claim marks sequence number seq settled; false when it cannot settle
-// (granted before this Ledger, out of the window, or already settled).
-func (l *Ledger) claim(seq float64) bool {
+// Claim outcomes (see claim).
+const (
+	claimed = iota // marked settled now
+	already        // settled or cancelled before: nothing more happens
+	unknown        // not in the window (granted before this Ledger, or too long ago)
+)
+
+// claim marks sequence number seq settled and says whether it was, already
+// was, or cannot be told (unknown: granted before this Ledger began, or
+// more than SeqWindow grants ago).
+func (l *Ledger) claim(seq float64) int {
 	if !(seq > l.Start && seq <= l.Seq && l.Seq-seq < SeqWindow) {
-		return false
+		return unknown
 	}
 	i := uint64(seq) % SeqWindow
 	if l.done[i/64]&(1<<(i%64)) != 0 {
-		return false
+		return already
 	}
 	l.done[i/64] |= 1 << (i % 64)
-	return true
+	return claimed
 }
 
 // Settle applies the actual cost of the reservation seq (or, granted before
@@ -258,19 +275,25 @@ func (l *Ledger) claim(seq float64) bool {
 // allows; more is charged at once, so that the departures granted after it
 // make room for it; once settled, nothing more happens.
 func (l *Ledger) Settle(k *Kernel, s, t float64, cost, actual int64, seq, tag, now float64) float64 {
-	if seq == 0 { // granted before the Ledger: named by its tag while it can still be cancelled
-		if tag >= now && !l.claimPre(tag, now) {
+	known := true
+	if seq == 0 { // granted before the Ledger: named by its tag
+		if !l.claimPre(tag) {
 			return s
 		}
-	} else if !l.claim(seq) {
-		return s
+	} else {
+		switch l.claim(seq) {
+		case already:
+			return s
+		case unknown: // too old to tell a copy from the first settle: an extra is charged, nothing given back
+			known = false
+		}
 	}
 	tc, ta := float64(k.Interval*float64(cost)), float64(k.Interval*float64(actual))
 	switch {
 	case ta > tc: // the extra, at t: every term that includes t grows
 		l.grow(t, ta-tc)
 		return s + (ta - tc)
-	case seq == 0 || ta == tc: // before the Ledger nothing is given back: its step has no bound
+	case seq == 0 || !known || ta == tc: // before the Ledger nothing is given back: its step has no bound
 		return s
 	}
 	// Its own term drops by less than the difference when it costs more
@@ -299,7 +322,8 @@ func (l *Ledger) lower(t, x float64) {
 // the store's clock): what the TAT may take back it takes, and the rest
 // is left at t as a hole. It returns the TAT to store.
 func (l *Ledger) Cancel(k *Kernel, s, t float64, cost int64, seq, tag, now float64) float64 {
-	if seq == 0 && !l.claimPre(tag, now) || seq != 0 && !l.claim(seq) {
+	// A tag already past names a slot already past: cancelling it frees nothing.
+	if seq == 0 && (tag < now || !l.claimPre(tag)) || seq != 0 && l.claim(seq) != claimed {
 		return s
 	}
 	tc := float64(k.Interval * float64(cost))
@@ -371,7 +395,7 @@ func (l *Ledger) Idle(s, now float64) bool {
 // Claim records that the reservation granted before l whose commit stored
 // tag has been settled or cancelled (the one whose give-back made l), so
 // that a copy of it does nothing.
-func (l *Ledger) Claim(tag, now float64) { l.claimPre(tag, now) }
+func (l *Ledger) Claim(tag float64) { l.claimPre(tag) }
 
 // Horizon is the instant after which l holds nothing that matters but what
 // the key's TAT says: its last hole, or its last claimed tag.

@@ -65,7 +65,7 @@ func giveBack(ky *key, h *held, actual int64, now float64) {
 			ky.s = ky.k.SettleTail(ky.s, h.at, h.cost, max(actual, 0))
 			ky.gen++
 			ky.l = ky.k.NewLedger(ky.s, now)
-			ky.l.Claim(h.tag, now)
+			ky.l.Claim(h.tag)
 			return
 		}
 		ky.l = ky.k.NewLedger(ky.s, now)
@@ -181,7 +181,7 @@ func TestTheConformancePropertyCatchesGenerousRules(t *testing.T) {
 			if actual < 0 {
 				actual = 0
 			}
-			if ky.l.claim(h.seq) {
+			if ky.l.claim(h.seq) == claimed {
 				ky.s -= ky.k.Interval * float64(h.cost-actual)
 			}
 		},

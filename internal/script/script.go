@@ -104,7 +104,11 @@ type GCRAReply struct {
 	Binding int     // 0, or -1 when the pause floor bound
 	Now     float64 // ms: the server's TIME, or the now the caller passed
 	TAT     float64 // the TAT stored before the call; gcra.Cold if none
-	Floor   float64 // the pause floor; Now if the key was not paused
+	// Under is the interval and tolerance the TAT was stored under (zero:
+	// none recorded): Decide reads a TAT of another contract as
+	// gcra.Kernel.Convert does, as the script did.
+	Under [2]float64
+	Floor float64 // the pause floor; Now if the key was not paused
 	// Handoff is the TAT floor relative to now that the caller passed as
 	// ReserveGCRA's sixth argument (0: none); the caller sets it after
 	// ParseReserveGCRA, and Decide applies it as the script did.
@@ -116,6 +120,24 @@ type GCRAReply struct {
 	// at Hole, and the TAT did not move.
 	Took bool
 	Hole float64
+}
+
+// parseState reads a GCRA key's stored state: "tat", or "tat interval tau"
+// (the contract it was stored under).
+func parseState(v string) (tat float64, under [2]float64, err error) {
+	f := strings.Fields(v)
+	if len(f) != 1 && len(f) != 3 {
+		return 0, under, fmt.Errorf("a GCRA state of %d fields", len(f))
+	}
+	if tat, err = strconv.ParseFloat(f[0], 64); err != nil || len(f) == 1 {
+		return tat, under, err
+	}
+	for i := range 2 {
+		if under[i], err = strconv.ParseFloat(f[1+i], 64); err != nil {
+			return 0, under, err
+		}
+	}
+	return tat, under, nil
 }
 
 // ParseReserveGCRA reads ReserveGCRA's reply, checking every element. now is
@@ -153,7 +175,7 @@ func ParseReserveGCRA(v any, now float64) (GCRAReply, error) {
 	r.Floor = r.Now
 	var err error
 	if s[4] != "" {
-		if r.TAT, err = strconv.ParseFloat(s[4], 64); err != nil {
+		if r.TAT, r.Under, err = parseState(s[4]); err != nil {
 			return bad(err)
 		}
 	}
@@ -191,6 +213,9 @@ func (r GCRAReply) Decide(k *gcra.Kernel, cost int64) (allowed bool, wait, tag f
 		return true, r.Hole - r.Now, r.TAT, nil
 	}
 	tat := r.TAT
+	if u := r.Under; u[0] != 0 && (u[0] != k.Interval || u[1] != k.Tau) {
+		tat = k.Convert(tat, r.Now, u[0], u[1])
+	}
 	if r.Handoff > 0 {
 		if f := r.Now + r.Handoff; f > tat {
 			tat = f
