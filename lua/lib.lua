@@ -120,10 +120,7 @@ end
 -- sint and tolerance stau, read under p = {interval, tau} at now.
 local function gcra_convert(p, tat, now, sint, stau)
   if (sint == p[1] and stau == p[2]) or not (tat > now) then return tat end
-  local units = gcra_sum_up(now, 0, (tat - now) * (p[1] / sint))
-  local kept = (tat - stau) + p[2]
-  if kept > units then return kept end
-  return units
+  return (tat - stau) + p[2]
 end
 function gcra.commit(p, st, now, delay, cost)
   local tc = p[1] * cost

@@ -57,17 +57,7 @@ if got[1] then
     if not (sint and stau) or not (sint > 0) or stau ~= stau then
       return redis.error_reply('TKSTATE 0 holds a corrupt state')
     end
-    if (sint ~= interval or stau ~= tau) and tat > now then -- gcra.Kernel.Convert, inlined (with gcra.sumUp's rounding)
-      local y = (tat - now) * (interval / sint)
-      local units = now + y
-      local ub = units - now
-      if (now - (units - ub)) + (y - ub) > 0 then
-        local m, e = math.frexp(units)
-        units = units + math.ldexp(1, e - 53)
-      end
-      local kept = (tat - stau) + tau
-      if kept > units then tat = kept else tat = units end
-    end
+    if (sint ~= interval or stau ~= tau) and tat > now then tat = (tat - stau) + tau end -- gcra.Kernel.Convert
   end
 end -- MGET reads a key of another type as nil: the SET below refuses to overwrite it
 if ARGV[6] and ARGV[6] ~= '' then

@@ -259,13 +259,14 @@ func (a Algorithm) changeable(from, to Rate) error {
 // SetRate changes the rate of the named dimension ("" for a shaper of one
 // contract) while the shaper runs: no restart, and no burst at the switch.
 // Slots already granted keep their times, and no slot granted after the
-// change departs ahead of one granted before it. The key's schedule carries
-// over: the work still queued on it counts in units at the new rate (3
-// units queued at 10/s hold a key for 1.5 s at 2/s), so a key that was busy
-// stays busy, and new requests queue after it at the new rate. A shaper
-// that has not followed the change yet reads the schedule the same way, in
-// its own contract, so while a change propagates the fleet stays within
-// the more generous of the two contracts. On a RedisStore the change is recorded in Redis, and every
+// change departs ahead of one granted before it: the key's schedule carries
+// over, so a key that was busy stays busy, the next request departs the new
+// interval after the last slot granted, and a larger burst builds up again
+// at the new rate from there, never at once. A shaper that has not
+// followed the change yet reads the schedule the same way in its own
+// contract, so while a change propagates each slot keeps the interval of
+// the shaper that granted it from the slot before. On a RedisStore the
+// change is recorded in Redis, and every
 // shaper of the fleet under the same prefix and configured contract
 // follows it within its refresh interval (WithContractRefresh), processes
 // started later included. docs/SHAPER.md says how a fleet changes its

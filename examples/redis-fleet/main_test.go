@@ -61,6 +61,24 @@ func TestFleetFollowsALiveChange(t *testing.T) {
 	}
 }
 
+// A contract raised live from one process while three processes run
+// (issue 26): while the others have not followed yet, each reads the shared
+// schedule in its own contract, and the fleet's busiest second over the
+// whole run stays within the more generous contract (measure checks it);
+// once they follow it runs at the new rate.
+func TestFleetStaysWithinTheMoreGenerousContractAcrossAChange(t *testing.T) {
+	srv := redistest.Start(t)
+	var out bytes.Buffer
+	res, err := measure(&out, config{procs: 3, rate: 100, duration: 4 * time.Second, redis: srv.Addr(), change: 250, changeAt: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	if res.MostAcross == 0 || res.RateAfter < 200 {
+		t.Errorf("after the change the fleet ran at %.1f/s, want near the new 250/s", res.RateAfter)
+	}
+}
+
 // A partner's low count of calls left, read by one process, reaches every
 // process through Redis: until the partner's reset the whole fleet (which
 // would send 300/s) sends no more than it has left, spread over the reset,
