@@ -37,6 +37,14 @@ else
 end
 local ok_s = '0'
 if ok then ok_s = '1' end
+if ok and rem > 1 then -- a partner's clamp on a key it commits on: one request a slot
+  for i = 1, n do
+    if dims[i].clamp and (not took or took[i]) then
+      rem = 1
+      break
+    end
+  end
+end
 local reply = {ok_s, fmt(wait), fmt(rem), fmt(reset), tostring(bind), fmt(now)}
 if ok then
   for i = 1, n do

@@ -13,7 +13,8 @@
 --   and optionally a TAT floor relative to now (ms): the key's schedule is
 --   taken to run at least that far ahead (slots a failure policy granted
 --   while Redis was down, which Redis never saw).
--- Reply: {allowed '1'|'0', binding '0'|'-1', TIME seconds, TIME microseconds
+-- Reply: {allowed '1'|'0', binding '0'|'-1' (followed by 'c' while a
+--   partner's clamp holds the key), TIME seconds, TIME microseconds
 --   (both '' with a client clock), stored TAT or '', the floor (the pause's
 --   end or the clamp's next slot, the later) or ''}; on a
 --   key with a Ledger, when admitted, then 'g' and the grant's sequence
@@ -102,6 +103,7 @@ if got[4] then
   end
 end
 if floor_v and floor_v - now > wait then wait, bind = floor_v - now, '-1' end
+if advance then bind = bind .. 'c' end -- a clamp holds the key: one request a slot (Remaining at most 1)
 local led = nil
 if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recorded
   lk = {lk, KEYS[1] .. ':h', KEYS[1] .. ':b', KEYS[1] .. ':c'}

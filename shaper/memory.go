@@ -111,6 +111,16 @@ func (sp *memSpace) getAt(key string, k *gcra.Kernel, now float64) (algorithms.S
 	return algorithms.State{t.at(i, k, now)}, true
 }
 
+// clamped reports whether a partner's clamp holds key at now: one request
+// departs per slot, so Remaining is at most 1 (as Status reports it).
+func (sp *memSpace) clamped(key string, now float64) bool {
+	if sp.clamps == nil {
+		return false
+	}
+	c, ok := sp.clamps[key]
+	return ok && now < c.end
+}
+
 // advance moves key's clamp, if one holds at now, past a departure before
 // its reset.
 func (sp *memSpace) advance(key string, now, departure float64) {
@@ -355,6 +365,9 @@ func (m *MemoryStore) reserve(d *dim, alg algorithms.Algorithm, key string, cost
 		sp.states.states[key] = next
 	}
 	sp.advance(key, now, now) // an algorithm that does not queue admits only what departs now
+	if res.Remaining > 1 && sp.clamped(key, now) {
+		res.Remaining = 1
+	}
 	*dec = res
 	return next[0], 0, nil
 }
@@ -396,6 +409,9 @@ func (m *MemoryStore) reserveTAT(d *dim, k *gcra.Kernel, key string, cost int64,
 	}
 	if sp.clamps != nil {
 		sp.advance(key, now, now+wait)
+		if dec.Remaining > 1 && sp.clamped(key, now) {
+			dec.Remaining = 1
+		}
 	}
 	return next, t.grant(i), 0, now + wait, nil
 }
@@ -420,6 +436,9 @@ func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key strin
 		if at, seq, ok := l.Take(k, now, floor, before, cost); ok {
 			dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(at-now), k.Remaining(tat, now)
 			sp.advance(key, now, at)
+			if dec.Remaining > 1 && sp.clamped(key, now) {
+				dec.Remaining = 1
+			}
 			return tat, t.gens[i] &^ hasLedger, seq, at, nil
 		}
 	}
@@ -430,6 +449,9 @@ func (m *MemoryStore) ledgered(sp *memSpace, i uint32, k *gcra.Kernel, key strin
 	dec.Allowed, dec.Delay, dec.Remaining = true, algorithms.Duration(wait), k.Remaining(next, now)
 	t.set(i, next, k)
 	sp.advance(key, now, now+wait)
+	if dec.Remaining > 1 && sp.clamped(key, now) {
+		dec.Remaining = 1
+	}
 	switch {
 	case l.Idle(tat, now): // cold, no hole ahead: a fresh Ledger, whose steps know every departure
 		l = k.NewLedger(tat, now)
@@ -556,6 +578,9 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 			continue
 		}
 		spaces[i].advance(req.keys[i], req.now, req.at)
+		if req.dec.Remaining > 1 && spaces[i].clamped(req.keys[i], req.now) { // one request a slot (see clamped)
+			req.dec.Remaining = 1
+		}
 		stored, isNew, gen := spaces[i].keys.put(req.keys[i], dims[i].State)
 		if isNew {
 			m.trackState(spaces[i], nsOf(d), stored, dims[i].State, req.now)

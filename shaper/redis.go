@@ -621,6 +621,9 @@ func (r *RedisStore) finish(c *reserveCall, req *multi, v any) error {
 	if allowed {
 		req.dec.Took = 1
 		req.dec.Remaining = k.Remaining(tag, rep.Now)
+		if rep.Clamped && req.dec.Remaining > 1 { // one request a slot, as Status says
+			req.dec.Remaining = 1
+		}
 		req.tags = append(req.tags[:0], tag) // newMulti's arrays: no allocation
 		req.seqs = append(req.seqs[:0], rep.Seq)
 		req.at = rep.Now + wait

@@ -316,7 +316,8 @@ func (r *Reservation) Time() time.Time {
 
 // Remaining is how many units could still depart at once on r's key
 // right after r was granted, as Status would have reported it then, in the
-// units of the dimension that bound r (chosen by Status's rule). It is 0
+// units of the dimension that bound r (chosen by Status's rule); at most 1
+// while a partner's clamp holds the key (see Clamp). It is 0
 // for a reservation a failure policy granted unpaced (FailOpen) and for
 // one no shaper granted.
 func (r *Reservation) Remaining() int64 { return r.rem }

@@ -157,13 +157,7 @@ func checkStatus(t *testing.T, s *Shaper, clock *timer.Fake, st Status, stErr er
 		t.Fatal(err)
 	}
 	if after.Binding != "pause" && after.Dimensions[0].Remaining != r.Remaining() {
-		// Known gap (issue item 13): a grant's Remaining is still the
-		// contract's alone, without the cap of 1 a partner's clamp puts on
-		// Status's figure; the reserve paths are to apply it too, and then
-		// this exception goes.
-		if !(after.Dimensions[0].Remaining == 1 && r.Remaining() > 1 && clampHolds(t, s, r.key)) {
-			t.Fatalf("the reservation reports %d remaining, Status right after it %d", r.Remaining(), after.Dimensions[0].Remaining)
-		}
+		t.Fatalf("the reservation reports %d remaining, Status right after it %d", r.Remaining(), after.Dimensions[0].Remaining)
 	}
 }
 

@@ -109,6 +109,9 @@ type GCRAReply struct {
 	// gcra.Kernel.Convert does, as the script did.
 	Under [2]float64
 	Floor float64 // the pause floor; Now if the key was not paused
+	// Clamped says a partner's clamp held the key: one request departs per
+	// slot, so the remaining figure is at most 1.
+	Clamped bool
 	// Handoff is the TAT floor relative to now that the caller passed as
 	// ReserveGCRA's sixth argument (0: none); the caller sets it after
 	// ParseReserveGCRA, and Decide applies it as the script did.
@@ -158,7 +161,9 @@ func ParseReserveGCRA(v any, now float64) (GCRAReply, error) {
 	bad := func(err error) (GCRAReply, error) {
 		return GCRAReply{}, fmt.Errorf("throttlekit: reserve reply %q: %w", s, err)
 	}
-	if s[1] == "-1" {
+	bind, clamped := strings.CutSuffix(s[1], "c")
+	r.Clamped = clamped
+	if bind == "-1" {
 		r.Binding = -1
 	}
 	if s[2] != "" { // the server's TIME, converted as the script converted it
