@@ -62,15 +62,14 @@ func NewLeakyBucket(r Rate, maxQueue time.Duration) (*GCRA, error) {
 }
 
 func newGCRA(name string, r Rate, maxQueue time.Duration) (*GCRA, error) {
-	t, err := validateRate(name, r.Count, r.Period)
-	if err != nil {
+	if _, err := validateRate(name, r.Count, r.Period); err != nil {
 		return nil, err
 	}
 	b, err := validateBurst(name, r.Burst)
 	if err != nil {
 		return nil, err
 	}
-	t = intervalUp(r.Count, r.Period) // t, validated, rounded up to a whole tatStep
+	t := intervalUp(r.Count, r.Period) // the interval, validated, rounded up to a whole tatStep
 	g := &GCRA{name: name, k: gcra.Kernel{Interval: t, Tau: float64(t * b), MaxWait: DurationMillis(maxQueue)}}
 	g.maxCost = largest(g.k.Admissible)
 	return g, nil

@@ -120,7 +120,7 @@ end
 -- sint and tolerance stau, read under p = {interval, tau} at now.
 local function gcra_convert(p, tat, now, sint, stau)
   if (sint == p[1] and stau == p[2]) or not (tat > now) then return tat end
-  return (tat - stau) + p[2]
+  return (tat - (stau - sint)) + (p[2] - p[1])
 end
 function gcra.commit(p, st, now, delay, cost)
   local tc = p[1] * cost

@@ -58,7 +58,7 @@ if got[1] then
     if not (sint and stau) or not (sint > 0) or stau ~= stau then
       return redis.error_reply('TKSTATE 0 holds a corrupt state')
     end
-    if (sint ~= interval or stau ~= tau) and tat > now then tat = (tat - stau) + tau end -- gcra.Kernel.Convert
+    if (sint ~= interval or stau ~= tau) and tat > now then tat = (tat - (stau - sint)) + (tau - interval) end -- gcra.Kernel.Convert
   end
 end -- MGET reads a key of another type as nil: the SET below refuses to overwrite it
 if ARGV[6] and ARGV[6] ~= '' then

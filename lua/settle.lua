@@ -8,7 +8,7 @@
 -- KEYS: per key, its state key K (a Ledger lives in K:l, K:h, K:b, K:c).
 -- ARGV: now in ms ('' for the server's TIME), the departure in ms, '1' when a
 --   cancel may leave a hole (a shaper of one contract), then per key 11
---   values: kind, six parameters, tag, sequence number ('0': none), cost,
+--   values: kind, six parameters, tag, sequence number ('0': none; '-1': a slot of a contract changed since, whose extra is charged and nothing given back), cost,
 --   actual ('-1': cancelled).
 -- Reply: how many keys' states changed.
 local now = clock(ARGV[1])
@@ -74,7 +74,7 @@ for _, w in ipairs(work) do
     s = now + (w.interval * act - w.interval * w.cost)
     w.l = led.new(s, now, w.interval, w.tau)
     if w.seq == 0 then led.claim_pre(w.lk[4], w.tag) end
-  elseif w.l and not led.fits(w.l, w.interval, w.tau) then -- another contract's Ledger: an extra is charged, nothing given back
+  elseif w.seq < 0 or w.l and not led.fits(w.l, w.interval, w.tau) then -- a slot of another contract (seq -1), or another contract's Ledger: an extra is charged, nothing given back
     if act > w.cost then s = s + (w.interval * act - w.interval * w.cost) end
   elseif not w.l and w.seq == 0 and s == w.tag then -- the tail: all of it comes back, and a Ledger begins
     s = gcra_settle_tail(w.interval, w.tau, s, at, w.cost, act)
@@ -94,7 +94,7 @@ for _, w in ipairs(work) do
     redis.call('SET', w.sk, gcra_encode(w.p, {s}), 'PX', ttl)
     changed = changed + 1
   end
-  led.save(w.l, w.lk, s, now)
+  if w.l then led.save(w.l, w.lk, s, now) end
   end
 end
 return changed

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -136,13 +137,13 @@ var faults = []fault{
 func sentinelFailover(t *testing.T, e env) (time.Time, time.Time) {
 	const key = "tk:faults:{k}" // the loaded key's state
 	primary, replica := e.sentinel.Primary.Client(), e.sentinel.Replica.Client()
-	last, err := primary.Get(bg, key).Float64()
+	last, err := tatOf(primary.Get(bg, key))
 	if err != nil {
 		t.Fatalf("the primary's TAT: %v", err)
 	}
 	from := time.Now()
 	e.sentinel.Primary.Kill()
-	kept, err := replica.Get(bg, key).Float64()
+	kept, err := tatOf(replica.Get(bg, key))
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatalf("the replica's TAT: %v", err)
 	}
@@ -435,4 +436,17 @@ func runFault(t *testing.T, f fault, policy shaper.FailurePolicy) string {
 		}
 	}
 	return row
+}
+
+// tatOf reads the TAT of a GCRA key's state, "tat interval tau".
+func tatOf(c *redis.StringCmd) (float64, error) {
+	v, err := c.Result()
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(v)
+	if len(f) == 0 {
+		return 0, fmt.Errorf("an empty state")
+	}
+	return strconv.ParseFloat(f[0], 64)
 }

@@ -222,10 +222,9 @@ func ExampleAny() {
 
 // SetRate changes a running shaper's contract: the partner has cut its
 // limit from 10 to 2 per second. The slots already granted keep their
-// times, and the next request leaves the new interval after the last of
-// them (200 ms + 500 ms), then one every 500 ms. On a RedisStore every
-// process sharing the budget follows the change within its refresh
-// interval.
+// times, and the next request leaves when 10/s would have sent it (300
+// ms), then one every 500 ms. On a RedisStore every process sharing the
+// budget follows the change within its refresh interval.
 func ExampleShaper_SetRate() {
 	store := shaper.NewMemoryStore()
 	defer store.Close()
@@ -250,9 +249,9 @@ func ExampleShaper_SetRate() {
 	// 10/s: leave in 0s
 	// 10/s: leave in 100ms
 	// 10/s: leave in 200ms
-	//  2/s: leave in 700ms
-	//  2/s: leave in 1.2s
-	//  2/s: leave in 1.7s
+	//  2/s: leave in 300ms
+	//  2/s: leave in 800ms
+	//  2/s: leave in 1.3s
 }
 
 // Clamp spreads what a partner says it has left: 3 calls until its reset in

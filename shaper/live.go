@@ -260,9 +260,9 @@ func (a Algorithm) changeable(from, to Rate) error {
 // contract) while the shaper runs: no restart, and no burst at the switch.
 // Slots already granted keep their times, and no slot granted after the
 // change departs ahead of one granted before it: the key's schedule carries
-// over, so a key that was busy stays busy, the next request departs the new
-// interval after the last slot granted, and a larger burst builds up again
-// at the new rate from there, never at once. A shaper that has not
+// over, so a key that was busy stays busy, the next request departs when
+// the old contract would have let it go, and a larger burst builds up at
+// the new rate from there, never at once. A shaper that has not
 // followed the change yet reads the schedule the same way in its own
 // contract, so while a change propagates each slot keeps the interval of
 // the shaper that granted it from the slot before. On a RedisStore the

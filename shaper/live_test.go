@@ -41,9 +41,10 @@ func departures(t *testing.T, s *Shaper, key string, n int) []time.Duration {
 
 // A rate changed live holds from the next reservation, with no burst at the
 // switch: slots granted before keep their times, and the key's schedule
-// carries over (gcra.Kernel.Convert): the last slot granted stays put, no
-// slot granted after the change departs ahead of it, and the next departs
-// the new interval after it; on every store.
+// carries over (gcra.Kernel.Convert): the instant the old contract would
+// have let its next unit go stays put, so no slot granted after the change
+// departs ahead of one granted before, and a larger burst builds up at the
+// new rate from there; on every store.
 func TestSetRateHoldsFromTheNextReservation(t *testing.T) {
 	t.Parallel()
 	for kind, store := range liveStores(t) {
@@ -61,16 +62,15 @@ func TestSetRateHoldsFromTheNextReservation(t *testing.T) {
 			if r, _ := s.Rate(""); r != PerSecond(2) {
 				t.Fatalf("Rate() = %v after SetRate(2/s)", r)
 			}
-			// The last slot (300 ms) plus the new interval: 800 ms, then
-			// every 500 ms.
+			// Where 10/s would have sent the next (400 ms), then every 500 ms.
 			got = append(got, departures(t, s, "k", 2)...)
 			if err := s.SetRate(bg, "", PerSecond(100).WithBurst(5)); err != nil {
 				t.Fatal(err)
 			}
-			// The last slot (1.3 s) plus 10 ms, then every 10 ms: the new
-			// burst of 5 builds up again at the new rate, not at once.
+			// Where 2/s would have sent the next (1.4 s), then every 10 ms:
+			// the new burst of 5 builds up at the new rate, not at once.
 			got = append(got, departures(t, s, "k", 3)...)
-			want := []time.Duration{100, 200, 300, 800, 1300, 1310, 1320, 1330}
+			want := []time.Duration{100, 200, 300, 400, 900, 1400, 1410, 1420}
 			for i := range want {
 				want[i] *= time.Millisecond
 			}
@@ -86,9 +86,10 @@ func TestSetRateHoldsFromTheNextReservation(t *testing.T) {
 
 // Every algorithm follows a lowered limit at once, its state carried over:
 // a window or a quota admits its new Count less what it already counted
-// (1 of 4, 3 taken); GCRA keeps the instant its last slot was allowed from
-// (18 s of the old 60 s tolerance used: 42 s left of the new 60 s, 2 more
-// at 15 s each); a token bucket keeps its tokens up to the new burst (4), as x/time/rate's
+// (1 of 4, 3 taken); GCRA keeps the instant its next unit could go (the 3
+// taken left 7 of 10 at once; 4/min keeps the burst they left beyond one
+// unit, 60 s - 18 s - 6 s, and adds its own interval: 3 more); a token
+// bucket keeps its tokens up to the new burst (4), as x/time/rate's
 // SetLimit and SetBurst do. A window's Period cannot change.
 func TestSetRateHoldsOnEveryAlgorithm(t *testing.T) {
 	t.Parallel()
@@ -119,7 +120,7 @@ func TestSetRateHoldsOnEveryAlgorithm(t *testing.T) {
 				want := 1
 				switch alg {
 				case GCRA:
-					want = 2
+					want = 3
 				case TokenBucket:
 					want = 4
 				}

@@ -704,7 +704,7 @@ func settleTAT(k *gcra.Kernel, s float64, l *gcra.Ledger, gen *uint32, st *settl
 	if st.actual != nil {
 		actual = st.actual[i]
 	}
-	if l != nil && !l.Fits(k) { // the key's Ledger is another contract's: an extra is charged, nothing given back
+	if l != nil && !l.Fits(k) || st.seqs[i] < 0 { // another contract's Ledger, or a slot granted under another contract: an extra is charged, nothing given back
 		return k.Charge(s, st.costs[i], actual), l
 	}
 	if l == nil {

@@ -3,6 +3,7 @@ package shaper_test
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"math/big"
 	"slices"
 	"strings"
@@ -289,25 +290,54 @@ func gcraReplay(rate exactRate, deps []*departure, upto int, cost func(i int) in
 	return Rs, bad
 }
 
+// views groups the steps bad (indices into deps) by the knowledge view
+// they are judged in: the overruns settled before their grant. It returns
+// the groups in order, each with the grant op that defines its view.
+func views(deps []*departure, dim int, bad []int) (groups [][]int, ops []int) {
+	var settles []int
+	for _, d := range deps {
+		if overran(d, dim) {
+			settles = append(settles, d.settleOp)
+		}
+	}
+	slices.Sort(settles)
+	byView := map[int]int{}
+	for _, j := range bad {
+		g := deps[j].op
+		v, _ := slices.BinarySearch(settles, g) // how many overruns were settled before it
+		i, ok := byView[v]
+		if !ok {
+			i = len(groups)
+			byView[v] = i
+			groups, ops = append(groups, nil), append(ops, g)
+		}
+		groups[i] = append(groups[i], j)
+	}
+	return groups, ops
+}
+
 func (o *oracle) gcraSegment(rate exactRate, deps []*departure, dim int) *finding {
-	Rs, bad := gcraReplay(rate, deps, len(deps)-1, func(i int) int64 { return finalCost(deps[i], dim) })
+	_, bad := gcraReplay(rate, deps, len(deps)-1, func(i int) int64 { return finalCost(deps[i], dim) })
 	if len(bad) == 0 {
 		return nil
 	}
-	tried := 0
-	for _, j := range bad {
-		if tried++; tried > 64 {
-			break
+	groups, ops := views(deps, dim, bad)
+	first := -1
+	var found *finding
+	for gi, group := range groups {
+		g := ops[gi]
+		last := group[len(group)-1]
+		vRs, vbad := gcraReplay(rate, deps, last, func(i int) int64 { return viewCost(deps[i], dim, g) })
+		for _, j := range group {
+			if slices.Contains(vbad, j) { // not explained by an overrun settled after its grant
+				if first < 0 || j < first {
+					first, found = j, &finding{kind: "conformance", msg: describeGCRA(rate, deps, j, vRs, dim, g)}
+				}
+				break
+			}
 		}
-		g := deps[j].op
-		vRs, vbad := gcraReplay(rate, deps, j, func(i int) int64 { return viewCost(deps[i], dim, g) })
-		if !slices.Contains(vbad, j) {
-			continue // an overrun settled after this grant explains it
-		}
-		return &finding{kind: "conformance", msg: describeGCRA(rate, deps, j, vRs, dim, g)}
 	}
-	_ = Rs
-	return nil
+	return found
 }
 
 // describeGCRA says which step broke the contract, with the steps before it.
@@ -385,38 +415,47 @@ func (o *oracle) tokenSegment(rate exactRate, deps []*departure, dim int) *findi
 	if len(all) == 0 {
 		return nil
 	}
-	bad, _ := tokenReplay(rate, all, len(all)-1)
-	tried := 0
-	for _, i := range bad {
-		if tried++; tried > 64 {
+	badEv, _ := tokenReplay(rate, all, len(all)-1)
+	var bad []int // departures' indices
+	for _, i := range badEv {
+		bad = append(bad, all[i].dep)
+	}
+	groups, ops := views(deps, dim, bad)
+	var found *finding
+	var foundAt time.Time
+	for gi, group := range groups {
+		ev := build(ops[gi])
+		vbad, level := tokenReplay(rate, ev, len(ev)-1)
+		for _, dj := range group {
+			j := slices.IndexFunc(ev, func(e tokEvent) bool { return e.dep == dj })
+			if !slices.Contains(vbad, j) {
+				continue
+			}
+			d := deps[dj]
+			if found != nil && !d.at.Before(foundAt) {
+				break
+			}
+			var b strings.Builder
+			fmt.Fprintf(&b, "the departure %v needs %d tokens and finds %s; the replay up to it:\n", d, ev[j].c, level[j].FloatString(3))
+			for k := max(0, j-12); k <= j; k++ {
+				e := ev[k]
+				if e.dep >= 0 {
+					fmt.Fprintf(&b, "\t\t%v takes %d of %s\n", deps[e.dep], e.c, level[k].FloatString(3))
+				} else {
+					fmt.Fprintf(&b, "\t\textra %d of %v at its settle %s, of %s\n", e.c, deps[e.extra], e.at.Format("15:04:05.000000000"), level[k].FloatString(3))
+				}
+			}
+			found, foundAt = &finding{kind: "conformance", msg: b.String()}, d.at
 			break
 		}
-		d := deps[all[i].dep]
-		ev := build(d.op)
-		j := slices.IndexFunc(ev, func(e tokEvent) bool { return e.dep == all[i].dep })
-		vbad, level := tokenReplay(rate, ev, j)
-		if !slices.Contains(vbad, j) {
-			continue
-		}
-		var b strings.Builder
-		fmt.Fprintf(&b, "the departure %v needs %d tokens and finds %s; the replay up to it:\n", d, ev[j].c, level[j].FloatString(3))
-		for k := max(0, j-12); k <= j; k++ {
-			e := ev[k]
-			if e.dep >= 0 {
-				fmt.Fprintf(&b, "\t\t%v takes %d of %s\n", deps[e.dep], e.c, level[k].FloatString(3))
-			} else {
-				fmt.Fprintf(&b, "\t\textra %d of %v at its settle %s, of %s\n", e.c, deps[e.extra], e.at.Format("15:04:05.000000000"), level[k].FloatString(3))
-			}
-		}
-		return &finding{kind: "conformance", msg: b.String()}
 	}
-	return nil
+	return found
 }
 
 // checkOrdering: no departure granted under a later rate of a dimension
 // departs before the latest departure granted before it under an earlier
-// rate, on its key, still standing (not cancelled before the grant) in the
-// same Reset epoch (docs: "no slot granted after the change departs ahead
+// rate, on its key, still standing (not cancelled before the grant, not
+// settled at 0) in the same Reset epoch (docs: "no slot granted after the change departs ahead
 // of one granted before it"). Grants made while a change propagated (some
 // shaper of the fleet had not followed it) are left to checkFleet: a
 // lagging shaper reads the schedule in its own contract, and the fleet is
@@ -446,6 +485,21 @@ func (o *oracle) checkOrdering() []finding {
 	var out []finding
 	for _, gk := range order {
 		deps := groups[gk]
+		// A give-back (a settle for less, a cancel before the slot) lets
+		// even one contract grant a later request a slot before an earlier
+		// one: the refund makes room before it (docs/GUARANTEES.md, the
+		// switch: "the instant the old contract would have let the next
+		// unit go"). From the first give-back on the key the order is not
+		// checked.
+		gaveBack := math.MaxInt
+		for _, d := range deps {
+			if d.actual != nil && d.actual[gk.dim] < d.cost[gk.dim] {
+				gaveBack = min(gaveBack, d.settleOp)
+			}
+			if d.cancelled {
+				gaveBack = min(gaveBack, d.cancelOp)
+			}
+		}
 		// Earlier rates first; within one, the latest departure first.
 		before := map[int][]*departure{} // rateVer -> every departure under an earlier rate version
 		var vers []int
@@ -466,10 +520,13 @@ func (o *oracle) checkOrdering() []finding {
 			before[v] = prev
 		}
 		for _, g := range deps {
+			if g.op > gaveBack {
+				continue
+			}
 			prev := before[g.rateVer[gk.dim]]
 			for _, e := range prev {
-				if e.op >= g.op || e.cancelled && e.cancelOp < g.op {
-					continue
+				if e.op >= g.op || e.cancelled && e.cancelOp < g.op || finalCost(e, gk.dim) == 0 {
+					continue // not standing, or it cost nothing: it bounds nothing
 				}
 				if g.at.Add(modelEps).Before(e.at) && !g.cancelled {
 					out = append(out, finding{kind: "ordering", msg: fmt.Sprintf("key %q dimension %q: %v, granted under %v, departs %v ahead of %v, granted before it under %v",
@@ -585,11 +642,17 @@ func (o *oracle) checkFleet() []finding {
 					last = j
 				}
 				bound := int64(0)
+				hiBurst, loBurst := int64(0), int64(math.MaxInt64)
 				for _, r := range rates {
 					n := new(big.Rat).Quo(addRat(L, epsRat), r.T)
 					fl := new(big.Int).Quo(n.Num(), n.Denom()).Int64()
 					bound = max(bound, fl+r.burst+max(0, c1-r.burst))
+					hiBurst, loBurst = max(hiBurst, r.burst), min(loBurst, r.burst)
 				}
+				// A burst spent under the larger-burst contract is not
+				// priced again by the other (docs/GUARANTEES.md, "Not
+				// covered"): at most its difference more.
+				bound += hiBurst - loBurst
 				if sum > bound {
 					var names []string
 					for _, r := range rates {

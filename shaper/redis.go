@@ -796,20 +796,31 @@ func (r *RedisStore) pauseLeft(ctx context.Context, ks keyset, now float64) (flo
 		defer r.health.probing.Store(false)
 	}
 	all := redisKeys(ks)
-	left := time.Duration(0)
+	left := 0.0
 	err := r.call(ctx, probe, func(ctx context.Context) error {
 		cmds, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range ks.dims {
-				p.PTTL(ctx, all[2*i+1])
+				if r.clientClock { // the pause's end, on the shaper's clock: exact
+					p.Get(ctx, all[2*i+1])
+				} else { // its time to live, on the server's: rounded up to the ms
+					p.PTTL(ctx, all[2*i+1])
+				}
 			}
 			return nil
 		})
-		if err != nil {
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return err
 		}
-		longest := time.Duration(0)
+		longest := 0.0
 		for _, c := range cmds {
-			longest = max(longest, c.(*redis.DurationCmd).Val())
+			switch c := c.(type) {
+			case *redis.DurationCmd:
+				longest = max(longest, algorithms.DurationMillis(c.Val()))
+			case *redis.StringCmd:
+				if end, err := strconv.ParseFloat(c.Val(), 64); err == nil {
+					longest = max(longest, end-now)
+				}
+			}
 		}
 		left = longest
 		return nil
@@ -823,7 +834,7 @@ func (r *RedisStore) pauseLeft(ctx context.Context, ks keyset, now float64) (flo
 		}
 		return 0, &StoreError{Op: "pause_left", Err: err}
 	}
-	return algorithms.DurationMillis(left), nil
+	return left, nil
 }
 
 // status reads the keys' standing with one read-only script call. While

@@ -181,6 +181,13 @@ func TestLiveChangesKeepEachContract(t *testing.T) {
 	crossStoreSettling(t, settleStores(t), true)
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // settleStores returns a fresh memory store, and stores on a Redis node and
 // on the 3-master cluster, on the shaper's clock.
 func settleStores(t *testing.T) map[string]func() Store {
@@ -240,7 +247,9 @@ func crossStoreSettling(t *testing.T, stores map[string]func() Store, live bool)
 				}
 			}
 		}
-		if reused < 20 {
+		// Across live changes fewer slots come back: a reservation settled
+		// after its contract changed gives nothing back (charges its extra).
+		if least := 20 - 5*btoi(live); reused < least {
 			t.Fatalf("multi %v: only %d reservations used a slot given back: the property is not exercised", multi, reused)
 		}
 	}

@@ -455,10 +455,40 @@ func (r *Reservation) giveBack(ctx context.Context, op string, actual int64) err
 	if len(st.tags) != len(st.dims) { // FailOpen granted it: nothing was counted
 		return nil
 	}
+	if cur := s.cur.Load(); cur != r.c {
+		// Granted under a contract changed since: the key is settled in the
+		// contract in force, whose schedule it holds now (a settle written
+		// under the old one would tag the key with it). Its refund rule
+		// knows nothing of a slot granted under another contract, so an
+		// extra is charged and nothing is given back (sequence number -1).
+		extra := false
+		for i, a := range st.actual {
+			extra = extra || a > st.costs[i]
+		}
+		if !extra {
+			return nil
+		}
+		st.dims = inContract(st.dims, cur)
+		st.seqs = slices.Repeat([]float64{-1}, len(st.dims))
+	}
 	t := startStore(ctx)
 	err := s.store.settle(ctx, st)
 	t.done(op, err)
 	return err
+}
+
+// inContract returns dims as contract c has them (by name), in a new slice.
+func inContract(dims []*dim, c *contract) []*dim {
+	out := make([]*dim, len(dims))
+	for i, d := range dims {
+		out[i] = d
+		for _, cd := range c.dims {
+			if cd.name == d.name {
+				out[i] = cd
+			}
+		}
+	}
+	return out
 }
 
 // nothingToLimit is the request of a multi-dimension shaper whose every
@@ -841,7 +871,7 @@ func (s *Shaper) sleepChecking(ctx context.Context, key string, r Reservation) (
 		if err := s.sleepReserved(ctx, key, r); err != nil {
 			return false, err
 		}
-		return !s.remote && s.pausedAt(ctx, key, s.cfg.clock.Now()), nil
+		return !s.remote && s.pausedPast(ctx, key, s.cfg.clock.Now(), 0), nil
 	}
 	if dl, ok := ctx.Deadline(); ok && r.Delay > time.Until(dl) {
 		_ = r.Cancel(context.WithoutCancel(ctx))
@@ -852,7 +882,8 @@ func (s *Shaper) sleepChecking(ctx context.Context, key string, r Reservation) (
 		return false, err
 	}
 	askCtx, cancel := context.WithDeadline(ctx, r.Time())
-	paused := s.pausedAt(askCtx, key, s.cfg.clock.Now())
+	now := s.cfg.clock.Now()
+	paused := s.pausedPast(askCtx, key, now, r.Time().Sub(now))
 	cancel()
 	if err := s.sleepReserved(ctx, key, r); err != nil {
 		return false, err
@@ -860,9 +891,10 @@ func (s *Shaper) sleepChecking(ctx context.Context, key string, r Reservation) (
 	return paused, nil
 }
 
-// pausedAt reports whether a pause on key outlasts the instant now + the
-// time to its end, as the store says; a failed read says no.
-func (s *Shaper) pausedAt(ctx context.Context, key string, now time.Time) bool {
+// pausedPast reports whether a pause on key, read at now, lasts past
+// now + d (a slot d away: a pause that ends before it leaves it alone), as
+// the store says; a failed read says no.
+func (s *Shaper) pausedPast(ctx context.Context, key string, now time.Time, d time.Duration) bool {
 	ks, err := s.keys(key)
 	if err != nil {
 		return false
@@ -870,7 +902,7 @@ func (s *Shaper) pausedAt(ctx context.Context, key string, now time.Time) bool {
 	st := startStore(ctx)
 	left, err := s.store.pauseLeft(ctx, ks, algorithms.Millis(now))
 	st.done("pause_left", err)
-	return err == nil && left > 0
+	return err == nil && left > algorithms.DurationMillis(max(d, 0))
 }
 
 // sleepReserved sleeps until r's slot; if the slot falls past ctx's deadline,

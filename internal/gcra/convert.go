@@ -6,10 +6,11 @@ package gcra
 // the change yet). sInt 0 means the TAT was stored with no contract
 // recorded, and is read as it is.
 //
-// The instant before which nothing departs, tat - tau, stays put: on a key
-// that queued it is the last slot granted, so no slot granted under k
-// departs ahead of it, and the next unit departs k.Interval after it; the
-// burst k allows builds up again from there at k's rate. A TAT at or
+// The instant the next unit could depart under the contract that stored
+// it, tat + sInt - sTau, stays put: it is never before a slot granted on
+// the key (on a key that queued it is one interval after the last), so no
+// slot granted under k departs ahead of one granted before, and a larger
+// burst builds up again at k's rate from there, never at once. A TAT at or
 // before now is a cold key under every contract (its Redis key expires
 // then), and is read as it is. Two contracts convert back and forth
 // exactly (up to rounding), so shapers of a fleet that decide on one
@@ -19,5 +20,5 @@ func (k *Kernel) Convert(tat, now, sInt, sTau float64) float64 {
 	if sInt == 0 || sInt == k.Interval && sTau == k.Tau || !(tat > now) {
 		return tat
 	}
-	return (tat - sTau) + k.Tau
+	return (tat - (sTau - sInt)) + (k.Tau - k.Interval)
 }

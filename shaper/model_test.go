@@ -1,0 +1,2275 @@
+package shaper_test
+
+// The model-based test of the whole public surface: random sequences of
+// Reserve, Allow, Acquire, Wait, Cancel, Settle (copies included), Status,
+// Pause, Clamp, Reset, SetRate, SetMaxQueue, concurrent bursts, advances of
+// the clock across TTLs, Sweep, and (on Redis) deleting the live contract's
+// record, on the memory store, a Redis node (coalescing on and off) and a
+// 3-master cluster, with one or two dimensions, the leaky bucket, GCRA and
+// the token bucket, one shaper or two on one prefix. An independent oracle
+// (model_oracle_test.go) records what was granted and replays it; the
+// runner below checks what each call returned as it goes.
+//
+// A failure is shrunk (ddmin over the op list) and reported with its seed,
+// configuration, the minimal op list as it ran, and what the oracle saw.
+// Rerun one with MODEL_REPRO='<config>:<seed>' (as printed). MODEL_SEEDS and
+// MODEL_OPS set the seeds per configuration and the ops per seed;
+// -test.short runs fewer. FuzzModel runs one seed per input on the memory
+// store or a node.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/shaper"
+)
+
+// ---- where the state lives ----
+
+// modelWorld is a store kind, with the Redis servers it runs on.
+//
+// Key expiry lives on the test's timeline only. With WithClientClock a call
+// is decided at the instant its caller read the clock, while Redis expires
+// keys on its own real time: a call delayed between the two (waiting for a
+// connection, descheduled under load) may find a key expired meanwhile and
+// be granted a slot before the key's TAT (see the report: a defect of the
+// client-clock mode, which coalescing fixes only for queued calls). So the
+// stores' client runs each script in a MULTI with shiftScript, which pushes
+// every TTL the script set BIG ms away: Redis never expires a key in real
+// time, and a key's logical TTL is its PTTL - BIG. A warp of d takes d off
+// every logical TTL and deletes the keys it covers; before each op the keys
+// whose logical TTL ran out in real time are deleted. So a key expires when
+// the library asked, on the clock, but never under a call in flight.
+// MODEL_REALTTL=1 runs on Redis's own expiry instead.
+type modelWorld struct {
+	kind    string // memory, node, node-nocoalesce, cluster
+	node    *redis.Client
+	cluster *redis.ClusterClient
+	stores  redis.UniversalClient // what the shapers' stores use (hooked)
+	realTTL bool
+	hookErr *atomic.Value
+}
+
+// bigTTL is how far shiftScript pushes a TTL: past any the library sets
+// (MaxPause and MaxOverrun are a year, 3.2e10 ms).
+const bigTTL = 1e12
+
+var modelRealTTL = os.Getenv("MODEL_REALTTL") != ""
+
+func (w *modelWorld) redis() bool { return w.kind != "memory" }
+
+func (w *modelWorld) client() redis.UniversalClient {
+	if w.cluster != nil {
+		return w.cluster
+	}
+	return w.node
+}
+
+func (w *modelWorld) masters(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
+	if w.cluster != nil {
+		return w.cluster.ForEachMaster(ctx, fn)
+	}
+	return fn(ctx, w.node)
+}
+
+// expireScript models a warp of ARGV[1] ms: a key whose logical TTL the
+// warp covers is deleted, any other keeps what is left of it (rounded up:
+// never early). ARGV[1] = 0 deletes the keys whose logical TTL has run out.
+// PTTL is the key's expiry less the server's clock in whole ms (floored):
+// what is left lies in (PTTL, PTTL+1] ms, so a key goes once PTTL+1 <= d.
+// A TTL below BIG/2 is a real one (MODEL_REALTTL).
+var expireScript = redis.NewScript(`
+local d, big = tonumber(ARGV[1]), tonumber(ARGV[2])
+for _, k in ipairs(redis.call('KEYS', '*')) do
+  local ttl = redis.call('PTTL', k)
+  local left = ttl
+  if ttl > big / 2 then left = ttl - big end
+  if ttl >= 0 then
+    if left + 1 <= d then redis.call('DEL', k) elseif d > 0 then redis.call('PEXPIRE', k, math.ceil(ttl + 1 - d)) end
+  end
+end
+return 0`)
+
+// shiftSrc pushes each key's real TTL BIG ms away (ARGV[1]).
+const shiftSrc = `
+local big = tonumber(ARGV[1])
+for i = 1, #KEYS do
+  local t = redis.call('PTTL', KEYS[i])
+  if t > 0 and t < big / 2 then redis.call('PEXPIRE', KEYS[i], t + big) end
+end
+return 0`
+
+// ttlShift is the stores' client hook: every script over state keys runs in
+// a MULTI with shiftSrc over its keys and the keys the scripts derive from
+// them (the Ledger's, the pause's, the clamp's).
+type ttlShift struct {
+	c   redis.UniversalClient
+	err *atomic.Value // the last error of a shift (a string), for the runner to report
+}
+
+func (ttlShift) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (ttlShift) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h ttlShift) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if name := cmd.Name(); (name != "evalsha" && name != "eval") || len(args) < 3 {
+			return next(ctx, cmd)
+		}
+		n, _ := args[2].(int)
+		var keys []string
+		for _, k := range args[3 : 3+n] {
+			key := fmt.Sprint(k)
+			if !strings.Contains(key, "{") { // the contract record: no TTL, no hash tag
+				return next(ctx, cmd)
+			}
+			for _, suffix := range []string{"", ":l", ":h", ":b", ":c", ":k", ":p"} {
+				if !slices.Contains(keys, key+suffix) {
+					keys = append(keys, key+suffix)
+				}
+			}
+		}
+		if len(keys) == 0 {
+			return next(ctx, cmd)
+		}
+		var shift *redis.Cmd
+		_, _ = h.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			_ = p.Process(ctx, cmd)
+			shift = p.Eval(ctx, shiftSrc, keys, bigTTL)
+			return nil
+		})
+		if err := shift.Err(); err != nil && cmd.Err() == nil {
+			h.err.Store(fmt.Sprintf("shifting the TTLs of %v: %v", keys, err))
+		}
+		return cmd.Err()
+	}
+}
+
+func (w *modelWorld) expire(d time.Duration) error {
+	ms := strconv.FormatFloat(float64(d)/1e6, 'f', -1, 64)
+	return w.masters(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		return expireScript.Run(ctx, c, nil, ms, bigTTL).Err()
+	})
+}
+
+func (w *modelWorld) flush() error {
+	return w.masters(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		return c.FlushAll(ctx).Err()
+	})
+}
+
+// startWorld starts the servers of kind, stopped when t ends.
+func startWorld(t testing.TB, kind string) *modelWorld {
+	t.Helper()
+	w := &modelWorld{kind: kind, realTTL: modelRealTTL, hookErr: &atomic.Value{}}
+	// No retries: a script retried after a lost reply would run twice.
+	switch kind {
+	case "node", "node-nocoalesce":
+		srv := redistest.Start(t)
+		opts := func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }
+		w.node = srv.Client(opts)
+		w.stores = w.node
+		if !w.realTTL {
+			c := srv.Client(opts)
+			c.AddHook(ttlShift{c, w.hookErr})
+			w.stores = c
+		}
+	case "cluster":
+		cl := redistest.StartCluster(t)
+		mk := func() *redis.ClusterClient {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRetries: -1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		}
+		w.cluster = mk()
+		w.stores = w.cluster
+		if !w.realTTL {
+			c := mk()
+			c.AddHook(ttlShift{c, w.hookErr})
+			w.stores = c
+		}
+	}
+	return w
+}
+
+// ---- configurations ----
+
+type modelCfg struct {
+	world string // memory, node, node-nocoalesce, cluster
+	dims  int    // 1 (New) or 2 (All: requests and tokens)
+	alg   string // leaky, gcra, token
+	fleet bool   // two shapers on one prefix
+}
+
+func (c modelCfg) String() string {
+	s := fmt.Sprintf("%s/%s/%ddim", c.world, c.alg, c.dims)
+	if c.fleet {
+		s += "/fleet"
+	}
+	return s
+}
+
+func (c modelCfg) algorithm() shaper.Algorithm {
+	switch c.alg {
+	case "gcra":
+		return shaper.GCRA
+	case "token":
+		return shaper.TokenBucket
+	}
+	return shaper.LeakyBucket
+}
+
+func modelCfgs(world string) []modelCfg {
+	var out []modelCfg
+	for _, fleet := range []bool{false, true} {
+		for _, dims := range []int{1, 2} {
+			for _, alg := range []string{"leaky", "gcra", "token"} {
+				out = append(out, modelCfg{world: world, dims: dims, alg: alg, fleet: fleet})
+			}
+		}
+	}
+	return out
+}
+
+// The contracts drawn from: odd and fast ones included. Their intervals are
+// whole or dyadic milliseconds except 7/min and 99,000/s, whose intervals
+// a float64 TAT rounds at every step.
+var (
+	modelRates = []shaper.Rate{
+		shaper.PerSecond(10).WithBurst(10),
+		shaper.PerSecond(100).WithBurst(1),
+		shaper.PerSecond(20).WithBurst(50),
+		shaper.PerMinute(7).WithBurst(2),
+	}
+	modelFast       = shaper.PerSecond(99000).WithBurst(1) // sparingly
+	modelTokenRates = []shaper.Rate{
+		shaper.PerSecond(1000).WithBurst(200),
+		shaper.PerMinute(600).WithBurst(100),
+		shaper.PerSecond(4096).WithBurst(4096),
+	}
+)
+
+func burstOf(r shaper.Rate) int64 { return max(r.Burst, 1) }
+
+// ---- ops ----
+
+type opKind int
+
+const (
+	opReserve opKind = iota
+	opAllow
+	opAcquire
+	opWait
+	opCancel
+	opSettle
+	opCopy
+	opStatus
+	opPause
+	opClamp
+	opReset
+	opSetRate
+	opSetMaxQueue
+	opBurst
+	opAdvance
+	opSweep
+	opDelRecord
+	opFollow
+	opFlood
+	opSleep
+)
+
+var opNames = []string{"Reserve", "Allow", "Acquire", "Wait", "Cancel", "Settle", "Copy", "Status", "Pause", "Clamp", "Reset", "SetRate", "SetMaxQueue", "Burst", "Advance", "Sweep", "DelRecord", "Follow", "Flood", "Sleep"}
+
+func (k opKind) String() string { return opNames[k] }
+
+// mop is one op, drawn before the run: what it does in detail is resolved
+// against the state when it runs (a cost against the contract in force, a
+// reference against the reservations held), so that any sub-list of ops is
+// a valid sequence too (shrinking).
+type mop struct {
+	kind   opKind
+	sh     int     // the shaper (0 or 1); -1 for a burst over both
+	key    int     // index into the keys
+	cost   int64   // > 0: this cost; else drawn by mode and sel
+	sel    float64 // a draw in [0, 1)
+	mode   int     // a variant (see each op)
+	ref    int     // a held reservation, by the order of grants (mod how many)
+	cp     int     // one of its copies (mod how many)
+	dim    int     // SetRate: which dimension
+	rate   shaper.Rate
+	d      time.Duration // > 0: this duration; else drawn by mode and sel
+	n      int           // a burst's size; a clamp's remaining; a flood's grants
+	actual int64         // Settle: this actual cost when absolute is set
+	abs    bool
+}
+
+func genOps(rng *rand.Rand, cfg modelCfg, n int) []mop {
+	type w struct {
+		k opKind
+		w int
+	}
+	ws := []w{{opReserve, 18}, {opAllow, 8}, {opAcquire, 6}, {opWait, 4}, {opCancel, 8}, {opSettle, 11}, {opCopy, 2},
+		{opStatus, 7}, {opPause, 3}, {opClamp, 2}, {opReset, 2}, {opSetRate, 3}, {opSetMaxQueue, 1}, {opBurst, 5}, {opAdvance, 17}}
+	if cfg.world == "memory" {
+		ws = append(ws, w{opSweep, 3}, w{opFlood, 1})
+	} else {
+		ws = append(ws, w{opDelRecord, 1}, w{opFollow, 2}, w{opSleep, 1})
+	}
+	total := 0
+	for _, x := range ws {
+		total += x.w
+	}
+	out := make([]mop, 0, n)
+	for range n {
+		p := rng.IntN(total)
+		var k opKind
+		for _, x := range ws {
+			if p < x.w {
+				k = x.k
+				break
+			}
+			p -= x.w
+		}
+		if k == opFlood && rng.IntN(4) != 0 { // rarer still
+			k = opAdvance
+		}
+		o := mop{kind: k, key: rng.IntN(3), sel: rng.Float64(), mode: rng.IntN(16), ref: rng.IntN(1 << 20), cp: rng.IntN(8), dim: rng.IntN(cfg.dims)}
+		if cfg.fleet {
+			o.sh = rng.IntN(2)
+		}
+		switch k {
+		case opBurst:
+			o.n = 2 + rng.IntN(11)
+			if rng.IntN(8) == 0 {
+				o.n = 30 + rng.IntN(80)
+			}
+			if cfg.fleet && rng.IntN(2) == 0 {
+				o.sh = -1
+			}
+		case opClamp:
+			o.n = []int{-1, 0, 1, 2, 3, 5, 10, 1000}[rng.IntN(8)]
+		case opFlood:
+			o.n = 4100
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// ---- a run ----
+
+type mver struct {
+	rates    []shaper.Rate
+	maxQueue time.Duration
+	rateVer  []int
+}
+
+func (v mver) same(rates []shaper.Rate, mq time.Duration) bool {
+	return slices.Equal(v.rates, rates) && v.maxQueue == mq
+}
+
+// snap is what a shaper shows of its contract (Rate, MaxQueue).
+type snap struct {
+	rates []shaper.Rate
+	mq    time.Duration
+}
+
+func (a snap) equal(b snap) bool { return slices.Equal(a.rates, b.rates) && a.mq == b.mq }
+
+// mkey is the runner's bounds on a key's state, for the checks that the
+// library does not refuse or delay more than what it granted and charged
+// allows (an over-charge): U is an upper bound on each dimension's TAT
+// (the leaky bucket and GCRA: a grant at t of cost c raises it to
+// max(U, t - ex) + T*c; an overrun adds T*extra from its settle; a give-back
+// or an expiry only lowers the library's), L a lower bound on a token
+// bucket's tokens at Lat. They hold while the dimension's rate has not
+// changed since the key was last reset (clean).
+type mkey struct {
+	epoch   int
+	clean   []bool
+	U       []*big.Rat // nil: cold
+	L       []*big.Rat // nil: full
+	Lat     []*big.Rat
+	pauseHi time.Time
+	clampHi time.Time
+	clamp   int // the open clamp record (-1: none)
+}
+
+type mhandle struct {
+	dep    *departure
+	copies []shaper.Reservation
+	done   []bool // per copy: its own Cancel (before its slot) or Settle went through
+	unsure bool   // a Cancel too close to its slot to tell what it did
+}
+
+type mrun struct {
+	cfg     modelCfg
+	world   *modelWorld
+	seed    uint64
+	ops     []mop
+	clock   *warpClock
+	name    string
+	refresh time.Duration
+	stores  []shaper.Store
+	mem     *shaper.MemoryStore
+	sh      []*shaper.Shaper
+	dims    []string
+	costs   []func(int64) int64
+	keys    []string
+	o       *oracle
+	ctx     context.Context
+
+	vers    []mver
+	latest  int
+	ks      map[string]*mkey
+	handles []*mhandle
+	episode int
+	nextEp  int
+	op      int
+
+	mu    sync.Mutex
+	log   []string
+	finds []finding
+}
+
+var modelRunID atomic.Int64
+
+func (m *mrun) logf(format string, args ...any) {
+	m.log = append(m.log, fmt.Sprintf("#%d ", m.op)+fmt.Sprintf(format, args...))
+}
+
+func (m *mrun) fail(kind, format string, args ...any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.finds = append(m.finds, finding{kind: kind, msg: fmt.Sprintf("op #%d: ", m.op) + fmt.Sprintf(format, args...)})
+}
+
+// rel writes an instant relative to the clock's start, for the log.
+func (m *mrun) rel(t time.Time) string {
+	return "+" + t.Sub(m.clock.base).Round(time.Microsecond).String()
+}
+
+func (m *mrun) key(k string) *mkey {
+	if mk, ok := m.ks[k]; ok {
+		return mk
+	}
+	n := len(m.dims)
+	mk := &mkey{clean: make([]bool, n), U: make([]*big.Rat, n), L: make([]*big.Rat, n), Lat: make([]*big.Rat, n), clamp: -1}
+	for i := range mk.clean {
+		mk.clean[i] = true
+	}
+	m.ks[k] = mk
+	return mk
+}
+
+// newRun builds the shapers of cfg on world for one sequence of ops.
+func newRun(cfg modelCfg, world *modelWorld, seed uint64, ops []mop, initial []shaper.Rate, mq, refresh time.Duration) (*mrun, error) {
+	m := &mrun{cfg: cfg, world: world, seed: seed, ops: ops, clock: newWarpClock(), refresh: refresh, ctx: context.Background(),
+		keys: []string{"a", "b", "{c}:\\"}, ks: map[string]*mkey{}, episode: -1}
+	m.name = fmt.Sprintf("model%d", modelRunID.Add(1))
+	if cfg.dims == 1 {
+		m.dims, m.costs = []string{""}, []func(int64) int64{nil}
+	} else {
+		m.dims = []string{"requests", "tokens"}
+		m.costs = []func(int64) int64{func(int64) int64 { return 1 }, nil}
+	}
+	m.o = &oracle{alg: cfg.alg, dimNames: m.dims, episodes: map[int][][]shaper.Rate{}}
+	rv := make([]int, len(initial))
+	m.vers = []mver{{rates: slices.Clone(initial), maxQueue: mq, rateVer: rv}}
+	if world.redis() {
+		if err := world.flush(); err != nil {
+			return nil, err
+		}
+		m.clock.onWarp = func(d time.Duration) {
+			if err := world.expire(d); err != nil {
+				m.fail("error", "the expiry model failed: %v", err)
+			}
+		}
+	}
+	opts := []shaper.Option{shaper.WithClock(m.clock), shaper.WithName(m.name), shaper.WithMaxQueue(mq), shaper.WithAlgorithm(cfg.algorithm())}
+	if world.redis() {
+		opts = append(opts, shaper.WithContractRefresh(refresh))
+	}
+	n := 1
+	if cfg.fleet {
+		n = 2
+	}
+	if !world.redis() {
+		m.mem = shaper.NewMemoryStore(shaper.WithSweepInterval(0))
+	}
+	for range n {
+		var st shaper.Store = m.mem
+		if world.redis() {
+			ropts := []shaper.RedisOption{shaper.WithClientClock(), shaper.WithRedisTimeout(10 * time.Second)}
+			if world.kind == "node-nocoalesce" {
+				ropts = append(ropts, shaper.WithCoalescing(false))
+			}
+			st = shaper.NewRedisStore(world.stores, ropts...)
+		}
+		m.stores = append(m.stores, st)
+		var s *shaper.Shaper
+		var err error
+		if cfg.dims == 1 {
+			s, err = shaper.New(st, initial[0], opts...)
+		} else {
+			s, err = shaper.All(st, []shaper.Dimension{
+				{Name: "requests", Rate: initial[0], Cost: m.costs[0]},
+				{Name: "tokens", Rate: initial[1]},
+			}, opts...)
+		}
+		if err != nil {
+			m.close()
+			return nil, err
+		}
+		m.sh = append(m.sh, s)
+	}
+	return m, nil
+}
+
+func (m *mrun) close() {
+	if m.mem != nil {
+		_ = m.mem.Close()
+	}
+	for _, st := range m.stores {
+		if rs, ok := st.(*shaper.RedisStore); ok {
+			_ = rs.Close()
+		}
+	}
+}
+
+// initialRates draws a configuration's starting contract.
+func initialRates(rng *rand.Rand, cfg modelCfg) ([]shaper.Rate, time.Duration) {
+	rates := []shaper.Rate{pickRate(rng, 0, cfg.dims)}
+	if cfg.dims == 2 {
+		rates = append(rates, pickRate(rng, 1, cfg.dims))
+	}
+	mq := shaper.DefaultMaxQueue
+	if rng.IntN(4) == 0 {
+		mq = 2 * time.Second
+	}
+	return rates, mq
+}
+
+func pickRate(rng *rand.Rand, dim, dims int) shaper.Rate {
+	if dims == 2 && dim == 1 {
+		return modelTokenRates[rng.IntN(len(modelTokenRates))]
+	}
+	if rng.IntN(16) == 0 {
+		return modelFast
+	}
+	return modelRates[rng.IntN(len(modelRates))]
+}
+
+func (m *mrun) snap(i int) snap {
+	s := snap{mq: m.sh[i].MaxQueue()}
+	for _, d := range m.dims {
+		r, _ := m.sh[i].Rate(d)
+		s.rates = append(s.rates, r)
+	}
+	return s
+}
+
+func (m *mrun) latestSnap() snap {
+	v := m.vers[m.latest]
+	return snap{rates: v.rates, mq: v.maxQueue}
+}
+
+// contractOf is the contract shaper i decides under as its op begins: the
+// latest on a memory store (shapers follow it at once), what it shows on
+// Redis.
+func (m *mrun) contractOf(i int, a snap) snap {
+	if !m.world.redis() {
+		return m.latestSnap()
+	}
+	return a
+}
+
+// classify says what contract a grant by shaper i was made under, from what
+// the shaper showed before (a) and after (b) the call: the latest version,
+// or -1 when it lagged a change (or showed a change during the call, when
+// rates says the one before).
+func (m *mrun) classify(i int, a, b snap) (ver int, rates []shaper.Rate, certain bool) {
+	l := m.latestSnap()
+	if !m.world.redis() {
+		if !b.equal(l) {
+			m.fail("follow", "shaper %d shows %v after a call, not the contract in force in its memory store %v", i, b, l)
+		}
+		return m.latest, l.rates, true
+	}
+	if a.equal(l) && b.equal(l) {
+		return m.latest, l.rates, true
+	}
+	m.episodeAdd(a)
+	m.episodeAdd(b)
+	return -1, a.rates, a.equal(b)
+}
+
+// propagation: called at each op's start on Redis. While some shaper shows
+// another contract than the latest, the grants belong to an episode, whose
+// contracts checkFleet compares them with.
+func (m *mrun) propagation() {
+	if !m.world.redis() {
+		return
+	}
+	l := m.latestSnap()
+	lag := false
+	for i := range m.sh {
+		if !m.snap(i).equal(l) {
+			lag = true
+		}
+	}
+	if !lag {
+		m.episode = -1
+		return
+	}
+	if m.episode < 0 {
+		m.episode = m.nextEp
+		m.nextEp++
+		m.o.episodes[m.episode] = make([][]shaper.Rate, len(m.dims))
+	}
+	m.episodeAdd(l)
+	for i := range m.sh {
+		m.episodeAdd(m.snap(i))
+	}
+}
+
+func (m *mrun) episodeAdd(s snap) {
+	if m.episode < 0 {
+		return
+	}
+	e := m.o.episodes[m.episode]
+	for d, r := range s.rates {
+		if !slices.Contains(e[d], r) {
+			e[d] = append(e[d], r)
+		}
+	}
+}
+
+// mapped returns cost mapped through each dimension's Cost.
+func (m *mrun) mapped(c int64) []int64 {
+	out := make([]int64, len(m.dims))
+	for i, f := range m.costs {
+		out[i] = c
+		if f != nil {
+			out[i] = f(c)
+		}
+	}
+	return out
+}
+
+// costFor resolves an op's cost against the contract in force: 1 half the
+// time, else up to the main dimension's burst, or up to three times it.
+func (m *mrun) costFor(o mop, c snap) int64 {
+	if o.cost > 0 {
+		return o.cost
+	}
+	b := burstOf(c.rates[len(c.rates)-1])
+	switch o.mode % 4 {
+	case 2:
+		return 1 + int64(o.sel*float64(b))
+	case 3:
+		return 1 + int64(o.sel*float64(3*b))
+	}
+	return 1
+}
+
+// admit is the documented admissibility rule's verdict on a cost.
+type admit int
+
+const (
+	admitNo admit = iota
+	admitYes
+	admitMaybe // within 1 µs of the leaky bucket's boundary: either is right
+)
+
+// admissible applies the exact rule: a cost is admissible when every
+// dimension could admit it on a cold key: the leaky bucket when
+// T*c - tau <= MaxQueue, GCRA, the token bucket and every Allow when
+// c <= Burst.
+func (m *mrun) admissible(c snap, cost int64, allow bool) admit {
+	verdict := admitYes
+	for i, dc := range m.mapped(cost) {
+		if dc == 0 {
+			continue
+		}
+		r := c.rates[i]
+		b := burstOf(r)
+		if dc > 1<<53 {
+			return admitNo
+		}
+		if m.cfg.alg != "leaky" || allow {
+			if dc > b {
+				return admitNo
+			}
+			continue
+		}
+		// (c - B) * Period <= MaxQueue * Count, in ns*count
+		lhs := new(big.Int).Mul(big.NewInt(dc-b), big.NewInt(int64(r.Period)))
+		rhs := new(big.Int).Mul(big.NewInt(int64(c.mq)), big.NewInt(r.Count))
+		diff := new(big.Int).Sub(lhs, rhs)
+		slack := new(big.Int).Mul(big.NewInt(int64(modelEps)), big.NewInt(r.Count))
+		if diff.CmpAbs(slack) <= 0 {
+			verdict = admitMaybe
+		} else if diff.Sign() > 0 {
+			return admitNo
+		}
+	}
+	return verdict
+}
+
+// admissible2 is admissible under the contract a shaper showed before a
+// call and the one it showed after: maybe when they disagree (it followed a
+// change during the call).
+func (m *mrun) admissible2(a, b snap, cost int64, allow bool) admit {
+	x, y := m.admissible(a, cost, allow), m.admissible(b, cost, allow)
+	if x != y {
+		return admitMaybe
+	}
+	return x
+}
+
+// bound is the latest instant at which a request of cost decided at n
+// could first depart under contract c, given what was granted and charged
+// on the key (mkey): max(n, the pause's end, per dimension
+// max(U, n) + T*c - tau, or the instant the token bound refills to c); ok
+// is false when the bounds do not hold (a rate changed, a clamp).
+func (m *mrun) bound(mk *mkey, c snap, cost int64, n time.Time) (*big.Rat, bool) {
+	if !mk.clampHi.IsZero() && !n.After(mk.clampHi) {
+		return nil, false
+	}
+	now := ratOf(n)
+	b := now
+	if !mk.pauseHi.IsZero() {
+		b = maxRat(b, ratOf(mk.pauseHi))
+	}
+	for i, dc := range m.mapped(cost) {
+		if dc == 0 {
+			continue
+		}
+		if !mk.clean[i] {
+			return nil, false
+		}
+		e := exactOf(c.rates[i])
+		if m.cfg.alg == "token" {
+			need := subRat(new(big.Rat).SetInt64(dc), m.level(mk, i, e, now))
+			if need.Sign() > 0 {
+				b = maxRat(b, addRat(now, new(big.Rat).Mul(need, e.T)))
+			}
+			continue
+		}
+		b = maxRat(b, subRat(addRat(maxRat(mk.U[i], now), e.tc(dc)), e.tau))
+	}
+	return b, true
+}
+
+// charge updates the key's bounds for grants (at, cost per dimension) made
+// under rates, in any order: each TAT bound rises to at most
+// max(U, max(t - ex)) + sum(T*c); a token bound takes every cost at the
+// latest instant.
+func (m *mrun) charge(mk *mkey, rates []shaper.Rate, certain bool, grants []*departure) {
+	for i := range m.dims {
+		if !certain {
+			mk.clean[i] = false
+		}
+		if !mk.clean[i] {
+			continue
+		}
+		e := exactOf(rates[i])
+		var hi, sum *big.Rat
+		var latest *big.Rat
+		for _, g := range grants {
+			c := g.cost[i]
+			if c == 0 {
+				continue
+			}
+			t := ratOf(g.at)
+			tc := e.tc(c)
+			ex := subRat(tc, e.tau)
+			if ex.Sign() < 0 {
+				ex.SetInt64(0)
+			}
+			hi = maxRat(hi, subRat(t, ex))
+			sum = addRat(orZero(sum), tc)
+			latest = maxRat(latest, t)
+		}
+		if sum == nil {
+			continue
+		}
+		if m.cfg.alg == "token" {
+			total := new(big.Rat).Quo(sum, e.T) // the units
+			lvl := m.level(mk, i, e, latest)
+			mk.L[i], mk.Lat[i] = subRat(lvl, total), latest
+			continue
+		}
+		mk.U[i] = addRat(maxRat(mk.U[i], hi), sum)
+	}
+}
+
+func orZero(r *big.Rat) *big.Rat {
+	if r == nil {
+		return new(big.Rat)
+	}
+	return r
+}
+
+// level is the token bound of dimension i refilled to t.
+func (m *mrun) level(mk *mkey, i int, e exactRate, t *big.Rat) *big.Rat {
+	burst := new(big.Rat).SetInt64(e.burst)
+	if mk.L[i] == nil {
+		return burst
+	}
+	lvl := new(big.Rat).Set(mk.L[i])
+	if t.Cmp(mk.Lat[i]) > 0 {
+		lvl = addRat(lvl, new(big.Rat).Quo(subRat(t, mk.Lat[i]), e.T))
+	}
+	if lvl.Cmp(burst) > 0 {
+		lvl = burst
+	}
+	return lvl
+}
+
+// extra updates the key's bounds for an overrun charged by a settle that
+// returned at s, under the reservation's contract.
+func (m *mrun) extra(mk *mkey, rates []shaper.Rate, extra []int64, s time.Time) {
+	for i, x := range extra {
+		if x <= 0 || !mk.clean[i] {
+			continue
+		}
+		if rates[i] != m.vers[m.latest].rates[i] {
+			// Charged under the contract it was granted under, then read
+			// under the one in force (gcra.Kernel.Convert): not modelled.
+			mk.clean[i] = false
+			continue
+		}
+		e := exactOf(rates[i])
+		if m.cfg.alg == "token" {
+			t := ratOf(s)
+			mk.L[i], mk.Lat[i] = subRat(m.level(mk, i, e, t), new(big.Rat).SetInt64(x)), t
+			continue
+		}
+		mk.U[i] = addRat(maxRat(mk.U[i], ratOf(s)), e.tc(x))
+	}
+}
+
+// newDep records a grant.
+func (m *mrun) newDep(sh int, key, how string, at time.Time, caller int64, ver int, rates []shaper.Rate) *departure {
+	d := &departure{id: len(m.o.deps), sh: sh, key: key, op: m.op, how: how, at: at, caller: caller, cost: m.mapped(caller),
+		rates: slices.Clone(rates), ver: ver, epoch: m.key(key).epoch, episode: m.episode}
+	if ver >= 0 {
+		d.rateVer = slices.Clone(m.vers[ver].rateVer)
+	}
+	m.o.deps = append(m.o.deps, d)
+	return d
+}
+
+func (m *mrun) hold(d *departure, r shaper.Reservation, copies int) {
+	h := &mhandle{dep: d}
+	for range 1 + copies {
+		h.copies = append(h.copies, r)
+		h.done = append(h.done, false)
+	}
+	m.handles = append(m.handles, h)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	s := fmt.Sprintf("%T", err)
+	var qf *shaper.QueueFullError
+	if errors.As(err, &qf) {
+		return fmt.Sprintf("QueueFull(delay %v, maxqueue %v)", qf.Delay, qf.MaxQueue)
+	}
+	return s + "(" + err.Error() + ")"
+}
+
+// outcome checks a reservation call's error against the admissibility
+// rule: nil or a QueueFullError for an admissible cost, a CostError for
+// one that is not. It reports whether the call was refused as full.
+func (m *mrun) outcome(what string, err error, adm admit) (full bool) {
+	var ce *shaper.CostError
+	var qf *shaper.QueueFullError
+	switch {
+	case err == nil:
+		if adm == admitNo {
+			m.fail("error", "%s admitted a cost the documented rule refuses", what)
+		}
+	case errors.As(err, &ce):
+		if !errors.Is(err, shaper.ErrInvalidCost) {
+			m.fail("error", "%s: a CostError that does not match ErrInvalidCost: %v", what, err)
+		}
+		if adm == admitYes {
+			m.fail("error", "%s refused an admissible cost: %v", what, err)
+		}
+	case errors.As(err, &qf):
+		if !errors.Is(err, shaper.ErrQueueFull) {
+			m.fail("error", "%s: a QueueFullError that does not match ErrQueueFull: %v", what, err)
+		}
+		if adm == admitNo {
+			m.fail("error", "%s: a cost the rule refuses got %v, not a CostError", what, err)
+		}
+		return true
+	default:
+		m.fail("error", "%s: unexpected error %v", what, err)
+	}
+	return false
+}
+
+// boundSlack is the tolerance of the checks against the bounds (an
+// over-charge is at least a unit's interval): float64 TATs drift from the
+// exact bound by a fraction of a µs per step, on the safe side as often as
+// not, and that is the conformance check's business, not these.
+var boundSlack = big.NewRat(int64(50*time.Microsecond+modelEps), 1)
+
+// ---- executing ops ----
+
+var modelDebug = os.Getenv("MODEL_DEBUG") != ""
+
+// opTimeout is how long an op may run in real time (they take
+// milliseconds; a flood on Redis about a second).
+const opTimeout = 20 * time.Second
+
+func (m *mrun) exec() {
+	for i, o := range m.ops {
+		m.op = i
+		if m.world.redis() && !m.world.realTTL {
+			if err := m.world.expire(0); err != nil {
+				m.fail("error", "the expiry model failed: %v", err)
+			}
+		}
+		m.propagation()
+		// A watchdog: an op that has not returned after opTimeout of real
+		// time is cancelled (its ctx has no deadline: no decision changes).
+		ctx, cancel := context.WithCancel(context.Background())
+		var hung atomic.Bool
+		dog := time.AfterFunc(opTimeout, func() { hung.Store(true); cancel() })
+		m.ctx = ctx
+		nf := len(m.finds)
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					m.fail("panic", "%v %+v panicked: %v\n%s", o.kind, o, p, debug.Stack())
+				}
+			}()
+			m.do(o)
+		}()
+		dog.Stop()
+		cancel()
+		if m.world.hookErr != nil {
+			if e := m.world.hookErr.Swap(""); e != nil && e != "" {
+				m.fail("error", "the expiry model: %v", e)
+			}
+		}
+		if hung.Load() {
+			m.fail("hang", "%v %+v did not return within %v of real time; it was cancelled", o.kind, o, opTimeout)
+			m.finds = append(append(m.finds[:nf:nf], m.finds[len(m.finds)-1]), m.finds[nf:len(m.finds)-1]...) // the hang first
+			if m.world.redis() {                                                                              // a script that loops holds the server
+				_ = m.world.masters(context.Background(), func(ctx context.Context, c *redis.Client) error {
+					return c.ScriptKill(ctx).Err()
+				})
+			}
+			break
+		}
+		if modelDebug && m.world.redis() {
+			m.dumpKeys()
+		}
+	}
+	m.op = len(m.ops)
+	m.finds = append(m.finds, m.o.verify()...)
+}
+
+func (m *mrun) shaperIdx(o mop) int {
+	if o.sh < 0 || o.sh >= len(m.sh) {
+		return 0
+	}
+	return o.sh
+}
+
+func (m *mrun) period() time.Duration { return m.vers[m.latest].rates[len(m.dims)-1].Period }
+
+func (m *mrun) do(o mop) {
+	switch o.kind {
+	case opReserve:
+		m.doReserve(o, "reserve")
+	case opAcquire:
+		m.doReserve(o, "acquire")
+	case opStatus:
+		m.doStatus(o)
+	case opAllow:
+		m.doAllow(o)
+	case opWait:
+		m.doWait(o)
+	case opCancel:
+		m.doCancel(o)
+	case opSettle:
+		m.doSettle(o)
+	case opCopy:
+		if len(m.handles) == 0 {
+			return
+		}
+		h := m.handles[o.ref%len(m.handles)]
+		j := o.cp % len(h.copies)
+		h.copies = append(h.copies, h.copies[j])
+		h.done = append(h.done, h.done[j])
+		m.logf("Copy %v (copy %d): now %d copies", h.dep, j, len(h.copies))
+	case opPause:
+		m.doPause(o)
+	case opClamp:
+		m.doClamp(o)
+	case opReset:
+		m.doReset(o)
+	case opSetRate:
+		m.doSetRate(o)
+	case opSetMaxQueue:
+		m.doSetMaxQueue(o)
+	case opBurst:
+		m.doBurst(o)
+	case opFlood:
+		m.doFlood(o)
+	case opAdvance:
+		d := o.d
+		if d <= 0 {
+			p := m.period()
+			switch k := o.mode; {
+			case k < 3:
+				d = time.Duration(o.sel * float64(2*time.Millisecond))
+			case k < 9:
+				d = time.Duration(o.sel * float64(p))
+			case k < 13:
+				d = time.Duration(o.sel * float64(4*p))
+			case k < 15:
+				d = time.Duration(o.sel * float64(30*time.Second))
+			default:
+				d = time.Duration(o.sel * float64(2*time.Hour))
+			}
+		}
+		m.clock.Advance(d)
+		m.logf("Advance %v: now %s", d, m.rel(m.clock.Now()))
+	case opSweep:
+		if m.mem != nil {
+			n := m.mem.Sweep()
+			m.logf("Sweep: %d evicted", n)
+		}
+	case opDelRecord:
+		m.doDelRecord()
+	case opFollow:
+		m.doFollow()
+	case opSleep:
+		// Real time, a little: lets a background read of the contract land.
+		d := o.d
+		if d <= 0 {
+			d = time.Duration(o.sel * float64(5*time.Millisecond))
+		}
+		time.Sleep(d)
+		m.logf("Sleep %v (real time): now %s", d, m.rel(m.clock.Now()))
+	}
+}
+
+// granted checks and records a reservation granted by shaper si, decided
+// between before and after.
+func (m *mrun) granted(si int, key, how string, cost int64, r shaper.Reservation, before, after time.Time, c snap, ver int, rates []shaper.Rate, certain bool, checkBound bool) *departure {
+	n := r.Time().Add(-r.Delay)
+	b, bok := m.bound(m.key(key), c, cost, n)
+	bok = bok && checkBound
+	if n.Add(modelEps).Before(before) || n.After(after.Add(modelEps)) {
+		m.fail("time", "%s: the reservation counts its delay %v from %s, outside the call (%s to %s)", how, r.Delay, m.rel(n), m.rel(before), m.rel(after))
+	}
+	if r.Delay < 0 {
+		m.fail("time", "%s: a negative delay %v", how, r.Delay)
+	}
+	if certain {
+		if m.cfg.alg != "leaky" && r.Delay != 0 {
+			m.fail("time", "%s: %s granted a delay %v (it never queues)", how, m.cfg.alg, r.Delay)
+		}
+		if m.cfg.alg == "leaky" && r.Delay > c.mq+modelEps {
+			m.fail("time", "%s: a delay %v past MaxQueue %v", how, r.Delay, c.mq)
+		}
+		if bok && ratOf(r.Time()).Cmp(addRat(b, boundSlack)) > 0 {
+			m.fail("bound", "%s of %d on %q granted a slot at %s, %v later than what was granted and charged on the key allows (%s): an over-charge", how, cost, key, m.rel(r.Time()), r.Time().Sub(timeOf(b)), m.rel(timeOf(b)))
+		}
+	}
+	d := m.newDep(si, key, how, r.Time(), cost, ver, rates)
+	m.charge(m.key(key), rates, certain && ver >= 0, []*departure{d})
+	return d
+}
+
+// refused checks a refusal against the bound: a request the grants and
+// charges so far let depart in time must not be refused.
+func (m *mrun) refused(how, key string, cost int64, before time.Time, c snap, err error) {
+	at, ok := m.bound(m.key(key), c, cost, before)
+	if !ok {
+		return
+	}
+	limit := time.Duration(0)
+	if m.cfg.alg == "leaky" && how != "allow" {
+		limit = c.mq
+	}
+	if addRat(subRat(at, ratOf(before)), boundSlack).Cmp(new(big.Rat).SetInt64(int64(limit))) <= 0 {
+		m.fail("bound", "%s of %d on %q refused (%s), though what was granted and charged on the key lets it depart at %s, within %v of %s: an over-charge", how, cost, key, errText(err), m.rel(timeOf(at)), limit, m.rel(before))
+	}
+}
+
+func (m *mrun) doReserve(o mop, how string) {
+	si := m.shaperIdx(o)
+	s, key := m.sh[si], m.keys[o.key]
+	a := m.snap(si)
+	c := m.contractOf(si, a)
+	cost := m.costFor(o, c)
+	before := m.clock.Now()
+	var r shaper.Reservation
+	var err error
+	if how == "acquire" {
+		r, err = s.Acquire(m.ctx, key, cost)
+	} else {
+		r, err = s.Reserve(m.ctx, key, cost)
+	}
+	after := m.clock.Now()
+	bs := m.snap(si)
+	adm := m.admissible2(c, m.contractOf(si, bs), cost, false)
+	ver, rates, certain := m.classify(si, a, bs)
+	if err != nil {
+		m.logf("%s sh%d %q cost %d: %s", how, si, key, cost, errText(err))
+		if m.outcome(how, err, adm) && certain && ver >= 0 && (how == "reserve" || m.cfg.alg == "leaky") {
+			m.refused(how, key, cost, before, c, err)
+		}
+		return
+	}
+	m.outcome(how, nil, adm)
+	if how == "acquire" && after.Before(r.Time()) {
+		m.fail("time", "Acquire returned at %s, before its slot %s", m.rel(after), m.rel(r.Time()))
+	}
+	// An Acquire of the algorithms that do not queue may have slept and
+	// retried: the bound at its decision is unknown then.
+	d := m.granted(si, key, how, cost, r, before, after, c, ver, rates, certain, how == "reserve" || m.cfg.alg == "leaky")
+	m.hold(d, r, 1)
+	m.logf("%s sh%d %q cost %d: slot %s delay %v remaining %d -> %v", how, si, key, cost, m.rel(r.Time()), r.Delay, r.Remaining(), d)
+}
+
+// doStatus reads Status and then reserves the same cost at once: the
+// reservation must agree with what Status said (docs/GUARANTEES.md: a grant
+// no later than Next, a refusal only past MaxQueue, Remaining units at
+// once).
+func (m *mrun) doStatus(o mop) {
+	si := m.shaperIdx(o)
+	s, key := m.sh[si], m.keys[o.key]
+	a := m.snap(si)
+	c := m.contractOf(si, a)
+	cost := int64(1)
+	if o.mode >= 12 || o.cost > 0 {
+		cost = m.costFor(o, c)
+	}
+	mk := m.key(key)
+	before := m.clock.Now()
+	st, err := s.Status(m.ctx, key, cost)
+	mid := m.clock.Now()
+	adm := m.admissible2(c, m.contractOf(si, m.snap(si)), cost, false)
+	b, bok := m.bound(mk, c, cost, mid)
+	if err != nil {
+		m.logf("Status sh%d %q cost %d: %s", si, key, cost, errText(err))
+		m.outcome("status", err, adm)
+		return
+	}
+	m.outcome("status", nil, adm)
+	m.logf("Status sh%d %q cost %d: remaining %d next %s reset %s paused %s binding %q", si, key, cost, st.Remaining, m.rel(st.Next), m.rel(st.ResetAt), m.rel(st.PausedUntil), st.Binding)
+	if st.Next.Add(modelEps).Before(before) {
+		m.fail("status", "Status.Next %s is before the read (%s)", m.rel(st.Next), m.rel(before))
+	}
+	mid2 := m.snap(si)
+	if bok && a.equal(mid2) && ratOf(st.Next).Cmp(addRat(b, boundSlack)) > 0 {
+		m.fail("bound", "Status.Next %s is %v later than what was granted and charged on the key allows (%s)", m.rel(st.Next), st.Next.Sub(timeOf(b)), m.rel(timeOf(b)))
+	}
+	// Remaining counts the binding dimension's units: comparable with the
+	// cost for one dimension, or a cost of 1 (a unit in each).
+	units := len(m.dims) == 1 || cost == 1
+	// The reservation at the same instant.
+	r, rerr := s.Reserve(m.ctx, key, cost)
+	after := m.clock.Now()
+	bsnap := m.snap(si)
+	adm = m.admissible2(c, m.contractOf(si, bsnap), cost, false)
+	ver, rates, certain := m.classify(si, a, bsnap)
+	same := certain && a.equal(bsnap)
+	if rerr != nil {
+		m.logf("  then Reserve: %s", errText(rerr))
+		full := m.outcome("reserve after status", rerr, adm)
+		if full && same {
+			if m.cfg.alg == "leaky" && st.Next.Sub(before) <= c.mq-modelEps {
+				m.fail("status", "Status said a request of %d could depart at %s (%v away, within MaxQueue %v), and the Reserve right after was refused: %s", cost, m.rel(st.Next), st.Next.Sub(before), c.mq, errText(rerr))
+			}
+			if m.cfg.alg != "leaky" && !st.Next.After(mid.Add(-modelEps)) {
+				m.fail("status", "Status said a request of %d could depart at %s, and the Reserve right after (%s) was refused: %s", cost, m.rel(st.Next), m.rel(mid), errText(rerr))
+			}
+			if units && st.Remaining >= cost && st.PausedUntil.IsZero() {
+				m.fail("status", "Status said %d remaining, and a Reserve of %d right after was refused: %s", st.Remaining, cost, errText(rerr))
+			}
+		}
+		if full && certain && ver >= 0 {
+			m.refused("reserve", key, cost, mid, c, rerr)
+		}
+		return
+	}
+	m.outcome("reserve after status", nil, adm)
+	rn := r.Time().Add(-r.Delay)
+	if same {
+		// Within eps plus the time between the two reads (a TAT stored
+		// under another contract reads later as time passes).
+		if slack := modelEps + rn.Sub(before); r.Time().After(maxTime(st.Next, rn).Add(slack)) {
+			m.fail("status", "Status said a request of %d could depart at %s, and the Reserve right after got %s (%v later, %v after the Status)", cost, m.rel(st.Next), m.rel(r.Time()), r.Time().Sub(maxTime(st.Next, rn)), rn.Sub(before))
+		}
+		if units && st.Remaining >= cost && st.PausedUntil.IsZero() && r.Delay > modelEps {
+			m.fail("status", "Status said %d remaining, and a Reserve of %d right after waits %v", st.Remaining, cost, r.Delay)
+		}
+		// And one more not: with nothing remaining, a request departs at
+		// once only if Next has come by then.
+		if units && cost == 1 && st.Remaining == 0 && r.Delay <= modelEps && rn.Add(modelEps).Before(st.Next) {
+			m.fail("status", "Status said nothing remains until %s, and a Reserve of 1 right after departs at once at %s", m.rel(st.Next), m.rel(rn))
+		}
+	}
+	d := m.granted(si, key, "reserve", cost, r, mid, after, c, ver, rates, certain, false)
+	m.hold(d, r, 1)
+	m.logf("  then Reserve: slot %s delay %v -> %v", m.rel(r.Time()), r.Delay, d)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func (m *mrun) doAllow(o mop) {
+	si := m.shaperIdx(o)
+	s, key := m.sh[si], m.keys[o.key]
+	a := m.snap(si)
+	c := m.contractOf(si, a)
+	cost := m.costFor(o, c)
+	mk := m.key(key)
+	before := m.clock.Now()
+	m.clock.record()
+	ok, err := s.Allow(m.ctx, key, cost)
+	ev := m.clock.stop()
+	bs := m.snap(si)
+	adm := m.admissible2(c, m.contractOf(si, bs), cost, true)
+	ver, rates, certain := m.classify(si, a, bs)
+	if err != nil {
+		m.logf("Allow sh%d %q cost %d: %s", si, key, cost, errText(err))
+		m.outcome("allow", err, adm)
+		return
+	}
+	m.outcome("allow", nil, adm)
+	if !ok {
+		m.logf("Allow sh%d %q cost %d: refused", si, key, cost)
+		if certain && ver >= 0 && adm == admitYes {
+			m.refused("allow", key, cost, before, c, nil)
+		}
+		return
+	}
+	// The decision's instant: the first reading of the clock in the call.
+	at, found := firstRead(ev)
+	if !found {
+		m.fail("time", "Allow admitted without reading the clock")
+		return
+	}
+	d := m.newDep(si, key, "allow", at, cost, ver, rates)
+	m.charge(mk, rates, certain && ver >= 0, []*departure{d})
+	m.logf("Allow sh%d %q cost %d: admitted at %s -> %v", si, key, cost, m.rel(at), d)
+}
+
+func firstRead(ev []clockEvent) (time.Time, bool) {
+	for _, e := range ev {
+		if !e.timer {
+			return e.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// doWait: the departure is the slot the library slept to (the last timer's
+// target) for the leaky bucket; for the algorithms that retry, the first
+// reading after the last timer (the admission's instant).
+func (m *mrun) doWait(o mop) {
+	si := m.shaperIdx(o)
+	s, key := m.sh[si], m.keys[o.key]
+	a := m.snap(si)
+	c := m.contractOf(si, a)
+	cost := m.costFor(o, c)
+	m.clock.record()
+	err := s.Wait(m.ctx, key, cost)
+	ev := m.clock.stop()
+	after := m.clock.Now()
+	bs := m.snap(si)
+	adm := m.admissible2(c, m.contractOf(si, bs), cost, false)
+	ver, rates, certain := m.classify(si, a, bs)
+	if err != nil {
+		m.logf("Wait sh%d %q cost %d: %s", si, key, cost, errText(err))
+		m.outcome("wait", err, adm)
+		return
+	}
+	m.outcome("wait", nil, adm)
+	last := -1
+	for i, e := range ev {
+		if e.timer {
+			last = i
+		}
+	}
+	var at time.Time
+	found := false
+	switch {
+	case m.cfg.alg == "leaky" && last >= 0:
+		at, found = ev[last].at, true
+	case m.cfg.alg == "leaky":
+		at, found = firstRead(ev)
+	default:
+		// The algorithms that retry: admitted at the decision after the
+		// last sleep, the last reading (Wait reads the clock once before
+		// its first decision too).
+		for _, e := range ev[last+1:] {
+			if !e.timer {
+				at, found = e.at, true
+			}
+		}
+	}
+	if !found {
+		m.fail("time", "Wait returned without reading the clock after its last sleep")
+		return
+	}
+	if after.Before(at) {
+		m.fail("time", "Wait returned at %s, before its slot %s", m.rel(after), m.rel(at))
+	}
+	d := m.newDep(si, key, "wait", at, cost, ver, rates)
+	m.charge(m.key(key), rates, certain && ver >= 0, []*departure{d})
+	sleeps := 0
+	for _, e := range ev {
+		if e.timer {
+			sleeps++
+		}
+	}
+	m.logf("Wait sh%d %q cost %d: departed at %s (%d sleeps) -> %v", si, key, cost, m.rel(at), sleeps, d)
+}
+
+func (m *mrun) doCancel(o mop) {
+	if len(m.handles) == 0 {
+		return
+	}
+	h := m.handles[o.ref%len(m.handles)]
+	j := o.cp % len(h.copies)
+	d := h.dep
+	before := m.clock.Now()
+	if ahead := d.at.Sub(before); ahead >= 0 && ahead < 50*time.Millisecond && o.mode != 1 {
+		// Too close to tell on which side of the slot the call lands: past it.
+		m.clock.Advance(ahead + time.Millisecond)
+		before = m.clock.Now()
+		m.logf("(Advance %v past the slot of %v)", ahead+time.Millisecond, d)
+	}
+	err := h.copies[j].Cancel(m.ctx)
+	after := m.clock.Now()
+	if err != nil {
+		m.fail("error", "Cancel of %v: %v", d, err)
+	}
+	switch {
+	case h.done[j]:
+		m.logf("Cancel %v (copy %d, already done): %s", d, j, errText(err))
+	case before.After(d.at):
+		m.logf("Cancel %v (copy %d) after its slot: %s", d, j, errText(err))
+	case !after.After(d.at):
+		h.done[j] = true
+		if !d.givenBack && !d.cancelled {
+			d.givenBack, d.cancelled, d.cancelOp = true, true, m.op
+		}
+		m.logf("Cancel %v (copy %d) before its slot: %s", d, j, errText(err))
+	default:
+		h.done[j], h.unsure = true, true
+		if !d.givenBack && !d.cancelled {
+			d.cancelled, d.unsure, d.cancelOp = true, true, m.op
+		}
+		m.logf("Cancel %v (copy %d) at its slot (unsure): %s", d, j, errText(err))
+	}
+}
+
+// tooBig says whether settling d at actual charges an extra past
+// MaxOverrun in some dimension (or past 2^53): a CostError.
+func (m *mrun) tooBig(d *departure, actual int64) bool {
+	for i, a := range m.mapped(actual) {
+		if a > 1<<53 {
+			return true
+		}
+		if a <= d.cost[i] {
+			continue
+		}
+		r := d.rates[i]
+		lhs := new(big.Int).Mul(big.NewInt(a-d.cost[i]), big.NewInt(int64(r.Period)))
+		rhs := new(big.Int).Mul(big.NewInt(int64(shaper.MaxOverrun)), big.NewInt(r.Count))
+		if lhs.Cmp(rhs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *mrun) doSettle(o mop) {
+	if len(m.handles) == 0 {
+		return
+	}
+	h := m.handles[o.ref%len(m.handles)]
+	j := o.cp % len(h.copies)
+	d := h.dep
+	cost, b := d.caller, burstOf(d.rates[len(d.rates)-1])
+	actual := o.actual
+	if !o.abs {
+		switch k := o.mode; {
+		case k < 4:
+			actual = int64(o.sel * float64(cost))
+		case k < 6:
+			actual = cost
+		case k < 9 || k == 15:
+			actual = cost + 1 + int64(o.sel*float64(2*b))
+		case k == 9:
+			actual = cost + 1
+		case k == 10:
+			actual = 1e15
+		case k == 11:
+			actual = math.MaxInt64
+		case k < 14:
+			actual = 0
+		default:
+			actual = -1
+		}
+	}
+	before := m.clock.Now()
+	err := h.copies[j].Settle(m.ctx, actual)
+	after := m.clock.Now()
+	m.logf("Settle %v (copy %d) at %d: %s", d, j, actual, errText(err))
+	var ce *shaper.CostError
+	isCost := errors.As(err, &ce) && errors.Is(err, shaper.ErrInvalidCost)
+	switch {
+	case actual < 0:
+		if !isCost {
+			m.fail("error", "Settle at %d: %v, want a CostError", actual, errText(err))
+		}
+		return
+	case h.done[j]:
+		if err != nil {
+			m.fail("error", "Settle of a copy already settled or cancelled: %v, want nil (it does nothing)", errText(err))
+		}
+		return
+	case m.tooBig(d, actual):
+		if d.givenBack || d.cancelled || h.unsure {
+			if err != nil && !isCost {
+				m.fail("error", "Settle at %d of a reservation settled or cancelled by another copy: %v", actual, errText(err))
+			}
+		} else if !isCost {
+			m.fail("error", "Settle at %d, an extra past MaxOverrun: %v, want a CostError", actual, errText(err))
+		}
+		return
+	}
+	if err != nil {
+		m.fail("error", "Settle at %d: %v", actual, errText(err))
+		return
+	}
+	h.done[j] = true
+	mapped := m.mapped(actual)
+	if !d.givenBack && !d.cancelled {
+		d.givenBack, d.actual, d.settleOp, d.settleLo = true, mapped, m.op, before
+	}
+	if d.givenBack && d.settleOp == m.op || h.unsure || m.chargedAgain(d) {
+		extra := make([]int64, len(mapped))
+		for i := range mapped {
+			extra[i] = mapped[i] - d.cost[i]
+		}
+		m.extra(m.key(d.key), d.rates, extra, after)
+	}
+}
+
+// chargedAgain reports whether the library may charge the extra of a copy
+// of d settled after another copy settled it (docs/GUARANTEES.md says where
+// copies are told apart): the algorithms other than the GCRA family keep no
+// record of a settle, and a GCRA key that went cold since (its TAT bound
+// passed: its Ledger expired with it) forgets it. Charging twice only
+// delays; the bound check then allows it.
+func (m *mrun) chargedAgain(d *departure) bool {
+	if !d.givenBack || d.settleOp == m.op {
+		return false
+	}
+	if m.cfg.alg == "token" {
+		return true
+	}
+	mk := m.key(d.key)
+	now := ratOf(m.clock.Now())
+	for i := range m.dims {
+		if i < len(mk.U) && (mk.U[i] == nil || now.Cmp(mk.U[i]) >= 0) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *mrun) doPause(o mop) {
+	si := m.shaperIdx(o)
+	key := m.keys[o.key]
+	d := o.d
+	if d == 0 {
+		switch k := o.mode % 8; {
+		case k < 5:
+			d = time.Duration(o.sel * float64(2*m.period()))
+		case k == 5:
+			d = 0
+		case k == 6:
+			d = -time.Second
+		default:
+			d = shaper.MaxPause + time.Hour
+		}
+	}
+	before := m.clock.Now()
+	err := m.sh[si].Pause(m.ctx, key, d)
+	after := m.clock.Now()
+	m.logf("Pause sh%d %q for %v: %s", si, key, d, errText(err))
+	if d > shaper.MaxPause {
+		if !errors.Is(err, shaper.ErrInvalidConfig) {
+			m.fail("error", "Pause for %v: %v, want a ConfigError", d, errText(err))
+		}
+		return
+	}
+	if err != nil {
+		m.fail("error", "Pause: %v", err)
+		return
+	}
+	m.pause(key, d, before, after)
+}
+
+func (m *mrun) pause(key string, d time.Duration, before, after time.Time) {
+	if d <= 0 {
+		return
+	}
+	mk := m.key(key)
+	m.o.pauses = append(m.o.pauses, pauseRec{op: m.op, key: key, epoch: mk.epoch, endLo: before.Add(d)})
+	mk.pauseHi = maxTime(mk.pauseHi, after.Add(d))
+}
+
+func (m *mrun) doClamp(o mop) {
+	si := m.shaperIdx(o)
+	key := m.keys[o.key]
+	remaining := int64(o.n)
+	reset := o.d
+	if reset == 0 {
+		switch k := o.mode % 8; {
+		case k < 6:
+			reset = time.Duration(o.sel * float64(3*m.period()))
+		case k == 6:
+			reset = 0
+		default:
+			reset = shaper.MaxPause + time.Hour
+		}
+	}
+	a := m.snap(si)
+	c := m.contractOf(si, a)
+	before := m.clock.Now()
+	err := m.sh[si].Clamp(m.ctx, key, remaining, reset)
+	after := m.clock.Now()
+	certain := a.equal(m.snap(si)) || !m.world.redis()
+	m.logf("Clamp sh%d %q remaining %d reset %v: %s", si, key, remaining, reset, errText(err))
+	if reset > shaper.MaxPause {
+		if !errors.Is(err, shaper.ErrInvalidConfig) {
+			m.fail("error", "Clamp with a reset of %v: %v, want a ConfigError", reset, errText(err))
+		}
+		return
+	}
+	if err != nil {
+		m.fail("error", "Clamp: %v", err)
+		return
+	}
+	if reset <= 0 {
+		return
+	}
+	if remaining <= 0 {
+		m.pause(key, reset, before, after)
+		return
+	}
+	mk := m.key(key)
+	mk.clampHi = maxTime(mk.clampHi, after.Add(reset))
+	allowance := math.Inf(1)
+	for _, r := range c.rates {
+		allowance = min(allowance, float64(burstOf(r))+float64(r.Count)*reset.Seconds()/r.Period.Seconds())
+	}
+	if !certain || math.Abs(float64(remaining)-allowance) < 1e-6 {
+		if mk.clamp >= 0 {
+			m.o.clamps[mk.clamp].until = m.op
+			mk.clamp = -1
+		}
+		return
+	}
+	if float64(remaining) >= allowance {
+		return // records nothing: the contract could not exceed it anyway
+	}
+	if mk.clamp >= 0 {
+		m.o.clamps[mk.clamp].until = m.op
+	}
+	mk.clamp = len(m.o.clamps)
+	m.o.clamps = append(m.o.clamps, clampRec{op: m.op, until: math.MaxInt, key: key, epoch: mk.epoch, endLo: before.Add(reset),
+		interval: big.NewRat(int64(reset), remaining), remaining: remaining})
+}
+
+func (m *mrun) doReset(o mop) {
+	si := m.shaperIdx(o)
+	key := m.keys[o.key]
+	err := m.sh[si].Reset(m.ctx, key)
+	m.logf("Reset sh%d %q: %s", si, key, errText(err))
+	if err != nil {
+		m.fail("error", "Reset: %v", err)
+		return
+	}
+	mk := m.key(key)
+	mk.epoch++
+	for i := range m.dims {
+		mk.clean[i], mk.U[i], mk.L[i], mk.Lat[i] = true, nil, nil, nil
+	}
+	mk.pauseHi, mk.clampHi = time.Time{}, time.Time{}
+	if mk.clamp >= 0 {
+		m.o.clamps[mk.clamp].until = m.op
+		mk.clamp = -1
+	}
+}
+
+// newVersion records a change of the live contract to rates and mq: the
+// dimensions whose rate differs get a new rate version, and every key's
+// bounds on them stop holding.
+func (m *mrun) newVersion(rates []shaper.Rate, mq time.Duration) {
+	cur := m.vers[m.latest]
+	if cur.same(rates, mq) {
+		return
+	}
+	v := mver{rates: slices.Clone(rates), maxQueue: mq, rateVer: slices.Clone(cur.rateVer)}
+	id := len(m.vers)
+	for i := range rates {
+		if rates[i] != cur.rates[i] {
+			v.rateVer[i] = id
+			for _, mk := range m.ks {
+				mk.clean[i] = false
+			}
+		}
+	}
+	m.vers = append(m.vers, v)
+	m.latest = id
+}
+
+func (m *mrun) doSetRate(o mop) {
+	si := m.shaperIdx(o)
+	dim := o.dim % len(m.dims)
+	rate := o.rate
+	if rate.Count == 0 && rate.Period == 0 {
+		switch k := o.mode; {
+		case k == 13:
+			rate = shaper.PerSecond(0)
+		case k == 14:
+			rate = shaper.PerSecond(10).WithBurst(-1)
+		case k == 15 && !(len(m.dims) == 2 && dim == 1):
+			rate = modelFast
+		default:
+			set := modelRates
+			if len(m.dims) == 2 && dim == 1 {
+				set = modelTokenRates
+			}
+			rate = set[int(o.sel*float64(len(set)))]
+		}
+	}
+	before := m.snap(si)
+	err := m.sh[si].SetRate(m.ctx, m.dims[dim], rate)
+	m.logf("SetRate sh%d %q to %v: %s", si, m.dims[dim], rate, errText(err))
+	if rate.Count < 1 || rate.Burst < 0 {
+		if !errors.Is(err, shaper.ErrInvalidConfig) {
+			m.fail("error", "SetRate to %v: %v, want a ConfigError", rate, errText(err))
+		}
+		if after := m.snap(si); !after.equal(before) {
+			m.fail("rate", "a refused SetRate changed the contract from %v to %v", before, after)
+		}
+		return
+	}
+	if err != nil {
+		m.fail("error", "SetRate: %v", err)
+		return
+	}
+	l := m.vers[m.latest]
+	rates := slices.Clone(l.rates)
+	rates[dim] = rate
+	m.newVersion(rates, l.maxQueue)
+	if got := m.snap(si); !got.equal(m.latestSnap()) {
+		m.fail("rate", "after SetRate(%q, %v) shaper %d shows %v, want %v", m.dims[dim], rate, si, got, m.latestSnap())
+	}
+}
+
+func (m *mrun) doSetMaxQueue(o mop) {
+	si := m.shaperIdx(o)
+	d := []time.Duration{0, 100 * time.Millisecond, time.Second, 5 * time.Second, 30 * time.Second, -1}[o.mode%6]
+	before := m.snap(si)
+	err := m.sh[si].SetMaxQueue(m.ctx, d)
+	m.logf("SetMaxQueue sh%d %v: %s", si, d, errText(err))
+	if d < 0 {
+		if !errors.Is(err, shaper.ErrInvalidConfig) {
+			m.fail("error", "SetMaxQueue(%v): %v, want a ConfigError", d, errText(err))
+		}
+		if after := m.snap(si); !after.equal(before) {
+			m.fail("rate", "a refused SetMaxQueue changed the contract from %v to %v", before, after)
+		}
+		return
+	}
+	if err != nil {
+		m.fail("error", "SetMaxQueue: %v", err)
+		return
+	}
+	l := m.vers[m.latest]
+	m.newVersion(l.rates, d)
+	if got := m.snap(si); !got.equal(m.latestSnap()) {
+		m.fail("rate", "after SetMaxQueue(%v) shaper %d shows %v, want %v", d, si, got, m.latestSnap())
+	}
+}
+
+// doBurst: n concurrent Reserves on one key (both shapers alternately for
+// sh -1): on Redis they coalesce.
+func (m *mrun) doBurst(o mop) {
+	key := m.keys[o.key]
+	var who []int
+	for g := range o.n {
+		if o.sh < 0 {
+			who = append(who, g%len(m.sh))
+		} else {
+			who = append(who, m.shaperIdx(o))
+		}
+	}
+	m.burst(key, who, func(c snap) int64 { return m.costFor(o, c) }, "burst")
+}
+
+type burstResult struct {
+	si   int
+	cost int64
+	r    shaper.Reservation
+	err  error
+	adm  admit
+}
+
+func (m *mrun) burst(key string, who []int, costOf func(snap) int64, how string) []burstResult {
+	snaps := make([]snap, len(m.sh))
+	for i := range m.sh {
+		snaps[i] = m.snap(i)
+	}
+	res := make([]burstResult, len(who))
+	for g, si := range who {
+		res[g] = burstResult{si: si, cost: costOf(m.contractOf(si, snaps[si]))}
+	}
+	before := m.clock.Now()
+	var wg sync.WaitGroup
+	for g := range res {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					m.fail("panic", "a concurrent Reserve panicked: %v\n%s", p, debug.Stack())
+				}
+			}()
+			res[g].r, res[g].err = m.sh[res[g].si].Reserve(m.ctx, key, res[g].cost)
+		}()
+	}
+	wg.Wait()
+	after := m.clock.Now()
+	var grants []*departure
+	certainAll := true
+	var rates0 []shaper.Rate
+	granted, full := 0, 0
+	for g := range res {
+		x := &res[g]
+		bs := m.snap(x.si)
+		x.adm = m.admissible2(m.contractOf(x.si, snaps[x.si]), m.contractOf(x.si, bs), x.cost, false)
+		ver, rates, certain := m.classify(x.si, snaps[x.si], bs)
+		if x.err != nil {
+			if m.outcome(how, x.err, x.adm) {
+				full++
+			}
+			continue
+		}
+		m.outcome(how, nil, x.adm)
+		granted++
+		n := x.r.Time().Add(-x.r.Delay)
+		if n.Add(modelEps).Before(before) || n.After(after.Add(modelEps)) {
+			m.fail("time", "%s: a reservation counts its delay %v from %s, outside the burst (%s to %s)", how, x.r.Delay, m.rel(n), m.rel(before), m.rel(after))
+		}
+		d := m.newDep(x.si, key, how, x.r.Time(), x.cost, ver, rates)
+		grants = append(grants, d)
+		if !certain || ver < 0 || rates0 != nil && !slices.Equal(rates0, rates) {
+			certainAll = false
+		}
+		rates0 = rates
+		if how != "flood" {
+			m.hold(d, x.r, 0)
+		}
+	}
+	if len(grants) > 0 {
+		m.charge(m.key(key), rates0, certainAll, grants)
+	}
+	m.logf("%s of %d on %q (shapers %v): %d granted, %d refused as full; slots %s", how, len(res), key, who[:min(len(who), 4)], granted, full, slotSummary(m, grants))
+	return res
+}
+
+func slotSummary(m *mrun, deps []*departure) string {
+	if len(deps) == 0 {
+		return "-"
+	}
+	lo, hi := deps[0].at, deps[0].at
+	for _, d := range deps {
+		if d.at.Before(lo) {
+			lo = d.at
+		}
+		if d.at.After(hi) {
+			hi = d.at
+		}
+	}
+	return m.rel(lo) + " to " + m.rel(hi) + fmt.Sprintf(" (dep#%d..#%d)", deps[0].id, deps[len(deps)-1].id)
+}
+
+// doFlood grants o.n reservations of cost 1 on a key, 32 at a time (o.mode
+// 1: one at a time, the clock advanced o.d between them), advancing the
+// clock past a refusal: enough later grants that the Ledger's window of
+// 4,096 passes the reservations held before it.
+func (m *mrun) doFlood(o mop) {
+	key := m.keys[o.key]
+	si := m.shaperIdx(o)
+	first := len(m.o.deps)
+	got := 0
+	width := 32
+	if o.mode == 1 {
+		width = 1
+	}
+	for round := 0; got < o.n && round < 3*o.n; round++ {
+		who := make([]int, width)
+		for i := range who {
+			who[i] = si
+		}
+		res := m.burst(key, who, func(snap) int64 { return 1 }, "flood")
+		m.log = m.log[:len(m.log)-1] // one line for the whole flood
+		need := time.Duration(0)
+		for _, x := range res {
+			var qf *shaper.QueueFullError
+			if x.err == nil {
+				got++
+			} else if errors.As(x.err, &qf) {
+				need = max(need, qf.Delay-qf.MaxQueue)
+			} else {
+				return
+			}
+		}
+		if need > 0 {
+			m.clock.Advance(need + time.Millisecond)
+		} else if o.mode == 1 && o.d > 0 {
+			m.clock.Advance(o.d)
+		}
+	}
+	m.logf("Flood of %q: %d granted, %s", key, got, slotSummary(m, m.o.deps[first:]))
+}
+
+func (m *mrun) doDelRecord() {
+	if !m.world.redis() {
+		return
+	}
+	key := "tk:" + m.name + ":contract"
+	n, err := m.world.client().Del(m.ctx, key).Result()
+	m.logf("DEL %s: %d, %v", key, n, err)
+	if err != nil {
+		m.fail("error", "DEL the contract record: %v", err)
+		return
+	}
+	// The fleet returns to its configured contract within its refresh.
+	m.newVersion(m.vers[0].rates, m.vers[0].maxQueue)
+}
+
+// doFollow: each shaper that lags the latest contract follows it within its
+// refresh interval once called (docs/SHAPER.md); a few intervals are given.
+func (m *mrun) doFollow() {
+	l := m.latestSnap()
+	for i, s := range m.sh {
+		if m.snap(i).equal(l) {
+			continue
+		}
+		ok := false
+		for try := 0; try < 8 && !ok; try++ {
+			m.clock.Advance(m.refresh + time.Millisecond)
+			_, _ = s.Status(m.ctx, m.keys[0], 1) // a call: it starts the read
+			deadline := time.Now().Add(250 * time.Millisecond)
+			for !ok && time.Now().Before(deadline) {
+				ok = m.snap(i).equal(l)
+				if !ok {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}
+		m.logf("Follow sh%d: followed %v: %v", i, l, ok)
+		if !ok {
+			m.fail("follow", "shaper %d still shows %v, not the contract recorded %v, after 8 refresh intervals with a call in each", i, m.snap(i), l)
+		}
+	}
+}
+
+// dumpKeys logs every Redis key of the run, with its value and PTTL
+// (MODEL_DEBUG).
+func (m *mrun) dumpKeys() {
+	var lines []string
+	_ = m.world.masters(m.ctx, func(ctx context.Context, c *redis.Client) error {
+		keys, err := c.Keys(ctx, "tk:"+m.name+":*").Result()
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			v, _ := c.Dump(ctx, k).Result()
+			if s, err := c.Get(ctx, k).Result(); err == nil {
+				v = s
+			}
+			ttl, _ := c.PTTL(ctx, k).Result()
+			if ttl > bigTTL/2*time.Millisecond {
+				ttl -= bigTTL * time.Millisecond
+			}
+			lines = append(lines, fmt.Sprintf("%s=%q ttl %v", k, v, ttl))
+		}
+		return nil
+	})
+	slices.Sort(lines)
+	m.log = append(m.log, "    keys at "+m.rel(m.clock.Now())+": "+strings.Join(lines, "; "))
+}
+
+// ---- running, shrinking, reporting ----
+
+// runOps runs ops on a fresh set of shapers; it returns the findings and
+// the run (for its log).
+func runOps(cfg modelCfg, world *modelWorld, seed uint64, ops []mop, initial []shaper.Rate, mq, refresh time.Duration) ([]finding, *mrun) {
+	m, err := newRun(cfg, world, seed, ops, initial, mq, refresh)
+	if err != nil {
+		return []finding{{kind: "setup", msg: err.Error()}}, nil
+	}
+	defer m.close()
+	m.exec()
+	return m.finds, m
+}
+
+// sequence is one reproducible case: a configuration, a starting contract
+// and ops.
+type sequence struct {
+	cfg     modelCfg
+	seed    uint64
+	initial []shaper.Rate
+	mq      time.Duration
+	refresh time.Duration
+	ops     []mop
+	label   string
+}
+
+func seededSequence(cfg modelCfg, seed uint64, nops int) sequence {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(cfg.String()))
+	rng := rand.New(rand.NewPCG(seed, h.Sum64()))
+	initial, mq := initialRates(rng, cfg)
+	return sequence{cfg: cfg, seed: seed, initial: initial, mq: mq, refresh: 10 * time.Millisecond, ops: genOps(rng, cfg, nops)}
+}
+
+// shrink removes ops (ddmin) while the run still fails with a finding of
+// the same kind, within budget.
+func shrink(seq sequence, world *modelWorld, kind string, budget time.Duration) (sequence, []finding, *mrun) {
+	deadline := time.Now().Add(budget)
+	fails := func(ops []mop) ([]finding, *mrun, bool) {
+		s := seq
+		s.ops = ops
+		f, m := runOps(s.cfg, world, s.seed, ops, s.initial, s.mq, s.refresh)
+		for _, x := range f {
+			if x.kind == kind {
+				return f, m, true
+			}
+		}
+		return f, m, false
+	}
+	ops := seq.ops
+	bestF, bestM, ok := fails(ops)
+	if !ok { // it did not fail again (time-dependent): keep the original
+		return seq, nil, nil
+	}
+	n := 2
+	for len(ops) >= 2 && time.Now().Before(deadline) {
+		chunk := (len(ops) + n - 1) / n
+		reduced := false
+		for start := 0; start < len(ops) && time.Now().Before(deadline); start += chunk {
+			cand := append(slices.Clone(ops[:start]), ops[min(len(ops), start+chunk):]...)
+			if f, m, ok := fails(cand); ok {
+				ops, bestF, bestM = cand, f, m
+				n = max(n-1, 2)
+				reduced = true
+				break
+			}
+		}
+		if !reduced {
+			if n >= len(ops) {
+				break
+			}
+			n = min(len(ops), 2*n)
+		}
+	}
+	seq.ops = ops
+	return seq, bestF, bestM
+}
+
+func report(seq sequence, f []finding, m *mrun, original int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "model %s seed %d%s: starting at %v maxqueue %v; %d of %d ops after shrinking\n", seq.cfg, seq.seed, seq.label, seq.initial, seq.mq, len(seq.ops), original)
+	if seq.label == "" {
+		fmt.Fprintf(&b, "rerun: MODEL_REPRO='%s:%d' go test -race ./shaper/ -run TestModel\n", seq.cfg, seq.seed)
+	}
+	fmt.Fprintf(&b, "what ran:\n")
+	if m != nil {
+		for _, l := range m.log {
+			fmt.Fprintf(&b, "\t%s\n", l)
+		}
+	}
+	fmt.Fprintf(&b, "what the model found:\n")
+	for i, x := range f {
+		if i == 4 {
+			fmt.Fprintf(&b, "\t... and %d more\n", len(f)-4)
+			break
+		}
+		fmt.Fprintf(&b, "\t%s\n", x)
+	}
+	return b.String()
+}
+
+// shrinkBudget is what shrinking may spend per failure, and in all.
+var (
+	shrinkEach  = 8 * time.Second
+	shrinkTotal atomic.Int64 // ns left
+)
+
+func init() { shrinkTotal.Store(int64(30 * time.Second)) }
+
+// check runs seq and reports its failure, shrunk.
+func check(t testing.TB, seq sequence, world *modelWorld) bool {
+	f, m := runOps(seq.cfg, world, seq.seed, seq.ops, seq.initial, seq.mq, seq.refresh)
+	if len(f) == 0 {
+		if testing.Verbose() && seq.label != "" && m != nil {
+			t.Logf("%s%s ran:\n\t%s", seq.cfg, seq.label, strings.Join(m.log, "\n\t"))
+		}
+		return true
+	}
+	original := len(seq.ops)
+	kind := f[0].kind
+	if left := time.Duration(shrinkTotal.Load()); left > 0 {
+		budget := min(shrinkEach, left)
+		start := time.Now()
+		if s, sf, sm := shrink(seq, world, kind, budget); sm != nil {
+			seq, f, m = s, sf, sm
+		}
+		shrinkTotal.Add(-int64(time.Since(start)))
+	}
+	t.Errorf("%s", report(seq, f, m, original))
+	return false
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// TestModel runs the model on every store and shaper configuration, then
+// the known regressions as fixed sequences. Budget: about a minute under
+// -race on 2 loaded cores (MODEL_SEEDS, MODEL_OPS; -short runs less).
+func TestModel(t *testing.T) {
+	seeds, nops := envInt("MODEL_SEEDS", 3), envInt("MODEL_OPS", 120)
+	if testing.Short() {
+		seeds, nops = 1, 60
+	}
+	repro := os.Getenv("MODEL_REPRO")
+	for _, wk := range []string{"memory", "node", "node-nocoalesce", "cluster"} {
+		t.Run(wk, func(t *testing.T) {
+			t.Parallel()
+			if repro != "" && !strings.HasPrefix(repro, wk+"/") {
+				t.Skip("MODEL_REPRO names another store")
+			}
+			world := startWorld(t, wk)
+			for _, cfg := range modelCfgs(wk) {
+				t.Run(strings.TrimPrefix(cfg.String(), wk+"/"), func(t *testing.T) {
+					if repro != "" {
+						c, seed, ok := strings.Cut(repro, ":")
+						if c != cfg.String() || !ok {
+							t.Skip("MODEL_REPRO names another configuration")
+						}
+						n, _ := strconv.ParseUint(seed, 10, 64)
+						check(t, seededSequence(cfg, n, nops), world)
+						return
+					}
+					for seed := range uint64(seeds) {
+						check(t, seededSequence(cfg, seed+1, nops), world)
+					}
+				})
+			}
+			if repro == "" {
+				t.Run("regressions", func(t *testing.T) {
+					for _, seq := range regressions(wk) {
+						check(t, seq, world)
+					}
+				})
+			}
+		})
+	}
+}
+
+// FuzzModel runs one seed of a configuration drawn from it, on the memory
+// store or a Redis node (make fuzz).
+func FuzzModel(f *testing.F) {
+	for _, s := range []uint64{1, 2, 3, 7, 42, 1 << 40} {
+		f.Add(s)
+	}
+	node := startWorld(f, "node")
+	mem := &modelWorld{kind: "memory"}
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		worlds := []string{"memory", "node", "node-nocoalesce"}
+		cfg := modelCfg{world: worlds[seed%3], dims: 1 + int(seed/3%2), alg: []string{"leaky", "gcra", "token"}[seed/6%3], fleet: seed/18%2 == 1}
+		world := mem
+		if cfg.world != "memory" {
+			world = &modelWorld{kind: cfg.world, node: node.node, stores: node.stores, realTTL: node.realTTL, hookErr: node.hookErr}
+		}
+		check(t, seededSequence(cfg, seed, 100), world)
+	})
+}
+
+// ---- the known regressions, as fixed sequences ----
+
+func regressions(world string) []sequence {
+	redisOnly := world != "memory"
+	var out []sequence
+	add := func(label string, cfg modelCfg, initial []shaper.Rate, mq, refresh time.Duration, ops ...mop) {
+		cfg.world = world
+		if refresh == 0 {
+			refresh = 10 * time.Millisecond
+		}
+		out = append(out, sequence{cfg: cfg, initial: initial, mq: mq, refresh: refresh, ops: ops, label: " (" + label + ")"})
+	}
+	one := modelCfg{dims: 1, alg: "leaky"}
+	reserve := func(key int, cost int64) mop { return mop{kind: opReserve, key: key, cost: cost} }
+	advance := func(d time.Duration) mop { return mop{kind: opAdvance, d: d} }
+	settle := func(ref int, actual int64) mop { return mop{kind: opSettle, ref: ref, actual: actual, abs: true} }
+	many := func(n int, o mop) []mop {
+		var ops []mop
+		for range n {
+			ops = append(ops, o)
+		}
+		return ops
+	}
+
+	// An overrun settled after the key's TTL ran out is charged (it was
+	// dropped on Redis): the next burst must make room for it.
+	add("overrun after the TTL", one, []shaper.Rate{shaper.PerSecond(10).WithBurst(10)}, shaper.DefaultMaxQueue, 0,
+		append([]mop{reserve(0, 1), advance(250 * time.Millisecond), {kind: opSweep}, settle(0, 10)}, many(10, reserve(0, 1))...)...)
+
+	// A SetRate after the contract record was deleted takes effect.
+	if redisOnly {
+		add("SetRate after DEL", one, []shaper.Rate{shaper.PerSecond(10).WithBurst(10)}, shaper.DefaultMaxQueue, time.Hour,
+			append([]mop{{kind: opSetRate, rate: shaper.PerSecond(100).WithBurst(1)}, {kind: opDelRecord},
+				{kind: opSetRate, rate: shaper.PerMinute(7).WithBurst(2)}}, many(4, reserve(0, 1))...)...)
+	}
+
+	// From 100/s burst 1 to 20/s burst 50 with 2 s queued: nothing departs
+	// ahead of the queue.
+	add("SetRate with a queue", one, []shaper.Rate{shaper.PerSecond(100).WithBurst(1)}, shaper.DefaultMaxQueue, 0,
+		mop{kind: opBurst, key: 0, n: 200, cost: 1, sh: 0}, mop{kind: opSetRate, rate: shaper.PerSecond(20).WithBurst(50)},
+		reserve(0, 1), reserve(0, 1), mop{kind: opAllow, key: 0, cost: 1})
+
+	// Two shapers on one prefix, one changed: while the other has not
+	// followed, the fleet stays within the more generous contract.
+	fleet := modelCfg{dims: 1, alg: "leaky", fleet: true}
+	add("fleet during propagation", fleet, []shaper.Rate{shaper.PerSecond(100).WithBurst(1)}, shaper.DefaultMaxQueue, time.Hour,
+		// The other shaper reads the record (its next read is an hour away).
+		mop{kind: opReserve, sh: 1, key: 1, cost: 1}, mop{kind: opSleep, d: 50 * time.Millisecond},
+		mop{kind: opSetRate, sh: 0, rate: shaper.PerSecond(20).WithBurst(50)},
+		mop{kind: opBurst, sh: 1, key: 0, n: 100, cost: 1}, mop{kind: opBurst, sh: 0, key: 0, n: 40, cost: 1})
+	add("fleet during propagation, the other way", fleet, []shaper.Rate{shaper.PerSecond(20).WithBurst(50)}, shaper.DefaultMaxQueue, time.Hour,
+		mop{kind: opReserve, sh: 1, key: 1, cost: 1}, mop{kind: opSleep, d: 50 * time.Millisecond},
+		mop{kind: opSetRate, sh: 0, rate: shaper.PerSecond(100).WithBurst(1)},
+		mop{kind: opBurst, sh: 1, key: 0, n: 60, cost: 1}, mop{kind: opBurst, sh: 0, key: 0, n: 60, cost: 1})
+
+	// An overrun of a reservation 4,096 grants old is still charged: at
+	// once, and on a key kept busy by a steady backlog.
+	fast := []shaper.Rate{shaper.PerSecond(1024).WithBurst(1)}
+	add("overrun after 4,096 grants", one, fast, shaper.DefaultMaxQueue, 0,
+		reserve(0, 1), reserve(0, 1), settle(1, 0), // a give-back: the key has a Ledger
+		reserve(0, 1), // the reservation settled at the end (handle 2)
+		mop{kind: opFlood, key: 0, n: 4100},
+		settle(2, 2049), reserve(0, 1), reserve(0, 1), reserve(0, 1))
+	add("overrun after 4,096 paced grants", one, []shaper.Rate{shaper.PerSecond(1000)}, shaper.DefaultMaxQueue, 0,
+		reserve(0, 1), reserve(0, 1), mop{kind: opCancel, ref: 1, mode: 1}, // the tail comes back: a Ledger
+		reserve(0, 1), // handle 2
+		mop{kind: opFlood, key: 0, n: 4100, mode: 1, d: 500 * time.Microsecond},
+		settle(2, 1001), reserve(0, 1), reserve(0, 1))
+
+	// A Cancel after the slot does nothing, and leaves the reservation to
+	// be settled: its overrun is charged.
+	add("settle after a late cancel", one, []shaper.Rate{shaper.PerSecond(10).WithBurst(10)}, shaper.DefaultMaxQueue, 0,
+		append([]mop{reserve(0, 1), advance(10 * time.Millisecond), {kind: opCancel, ref: 0}, settle(0, 10)}, many(10, reserve(0, 1))...)...)
+
+	// A settle of a reservation granted under an earlier rate keeps the
+	// schedule of the rate in force: the queue of a 100/s key survives the
+	// overrun of a reservation granted at 99,000/s.
+	add("settle under an old rate", one, []shaper.Rate{modelFast}, shaper.DefaultMaxQueue, 0,
+		reserve(0, 1), mop{kind: opSetRate, rate: shaper.PerSecond(100)}, reserve(0, 1), settle(0, 2), reserve(0, 1), reserve(0, 1))
+
+	// The same on a token bucket: the level survives the overrun of a
+	// reservation granted at the earlier rate.
+	add("token settle under an old rate", modelCfg{dims: 1, alg: "token"}, []shaper.Rate{shaper.PerSecond(100)}, shaper.DefaultMaxQueue, 0,
+		reserve(0, 1), mop{kind: opSetRate, rate: shaper.PerSecond(20).WithBurst(50)}, mop{kind: opWait, key: 0, cost: 48},
+		mop{kind: opSettle, ref: 0, cp: 1, actual: 2, abs: true}, advance(66*time.Millisecond), mop{kind: opBurst, key: 0, n: 11, cost: 1})
+
+	// A Wait whose slot is the end of a pause departs on it: the pause is
+	// over (it is not one set while it slept).
+	add("wait at a pause's end", one, []shaper.Rate{shaper.PerSecond(10).WithBurst(10)}, shaper.DefaultMaxQueue, 0,
+		mop{kind: opPause, key: 0, d: 300*time.Millisecond + 400*time.Microsecond}, mop{kind: opWait, key: 0, cost: 5},
+		mop{kind: opStatus, key: 0, mode: 12, cost: 10})
+
+	// Not here: copies of a token-bucket reservation, and copies of a GCRA
+	// one settled after its key went cold, are not told apart (each charges
+	// its extra: docs/GUARANTEES.md; chargedAgain allows for it).
+
+	// Copies settled after the slot passed (the key busy, idle, or expired)
+	// charge once.
+	for _, after := range []time.Duration{50 * time.Millisecond, 250 * time.Millisecond} {
+		add(fmt.Sprintf("copies settle once, %v after", after), one, []shaper.Rate{shaper.PerSecond(10)}, shaper.DefaultMaxQueue, 0,
+			reserve(0, 1), reserve(0, 1), advance(after),
+			mop{kind: opSettle, ref: 0, cp: 0, actual: 5, abs: true}, mop{kind: opSettle, ref: 0, cp: 1, actual: 5, abs: true},
+			mop{kind: opStatus, key: 0}, reserve(0, 1))
+	}
+	add("copies settle once, under a Ledger", one, []shaper.Rate{shaper.PerSecond(10)}, shaper.DefaultMaxQueue, 0,
+		reserve(0, 1), reserve(0, 1), mop{kind: opCancel, ref: 1, mode: 1}, // the tail comes back: a Ledger
+		reserve(0, 1), advance(50*time.Millisecond), // handle 2
+		mop{kind: opSettle, ref: 2, cp: 0, actual: 5, abs: true}, mop{kind: opSettle, ref: 2, cp: 1, actual: 5, abs: true},
+		mop{kind: opStatus, key: 0}, reserve(0, 1))
+
+	// A reservation queued under one rate and settled for less still holds
+	// its slot: requests granted after a change do not depart ahead of it.
+	add("SetRate after an under-settle", one, []shaper.Rate{shaper.PerMinute(7).WithBurst(2)}, shaper.DefaultMaxQueue, 0,
+		reserve(0, 3), settle(0, 1), mop{kind: opSetRate, rate: shaper.PerSecond(10).WithBurst(10)}, reserve(0, 13), reserve(0, 1))
+
+	// Copies of a reservation settle once: an overrun settled from two
+	// copies is charged once.
+	add("copies settle once", one, []shaper.Rate{shaper.PerSecond(10).WithBurst(1)}, shaper.DefaultMaxQueue, 0,
+		reserve(0, 1), mop{kind: opSettle, ref: 0, cp: 0, actual: 4, abs: true}, mop{kind: opSettle, ref: 0, cp: 1, actual: 4, abs: true},
+		mop{kind: opStatus, key: 0}, reserve(0, 1))
+	return out
+}
