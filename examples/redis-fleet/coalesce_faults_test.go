@@ -30,7 +30,15 @@ func TestFleetCoalescesAndHoldsTheContract(t *testing.T) {
 	if res.ErrorPct < -3 || res.ErrorPct > 3 {
 		t.Errorf("aggregate %.1f/s is %.1f%% off the contract of 2000/s", res.Rate, res.ErrorPct)
 	}
-	if res.ScriptCalls == 0 || res.ScriptCalls >= int64(res.Arrivals) {
-		t.Errorf("%d scripts for %d requests: the processes did not coalesce", res.ScriptCalls, res.Arrivals)
+	// Without coalescing the fleet runs a script per request sent, one per
+	// goroutine whose last reservation fell past the run's end (refused,
+	// never sent), and a contract read a second per process: fewer means
+	// some reservations shared a call. (How many share depends on how much
+	// the calls overlap: 1.27 requests a script on a loaded host, about
+	// 1.0 on an idle one at this rate, where 8 calls may be in flight per
+	// lane before any waits for a batch.)
+	const procs, goroutines = 2, 64
+	if alone := int64(res.Arrivals) + procs*goroutines; res.ScriptCalls == 0 || res.ScriptCalls >= alone {
+		t.Errorf("%d scripts for %d requests and %d refused at the end: the processes did not coalesce", res.ScriptCalls, res.Arrivals, procs*goroutines)
 	}
 }
