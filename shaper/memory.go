@@ -586,7 +586,7 @@ func (m *MemoryStore) reserveAll(_ context.Context, req *multi) error {
 			m.trackState(spaces[i], nsOf(d), stored, dims[i].State, req.now)
 		}
 		if t := &spaces[i].tats; t.index != nil && d.kern != nil { // stored under d's contract
-			t.under[t.index[req.keys[i]]] = under(d.kern)
+			t.under[t.index[req.keys[i]]] = t.contract(d.kern)
 		}
 		seq := 0.0
 		if t := &spaces[i].tats; t.index != nil && !isNew { // a key of the GCRA family with a Ledger records its departure

@@ -36,12 +36,16 @@ type keyStates interface {
 // collector to follow, and an update is a slab write, not a second map
 // operation.
 type tatKeys struct {
-	index map[string]uint32       // key -> its TAT's index in slab; nil when the namespace keeps States
-	slab  []float64               // TATs; the slots in free are unused
-	under [][2]float64            // per slab slot, the interval and tolerance its TAT was stored under ({0, 0}: as read; see at)
-	gens  []uint32                // per slab slot, the generation of its last reservation (see grant), and hasLedger
-	led   map[uint32]*gcra.Ledger // the Ledgers of the slots whose gens hold hasLedger (nil until the first)
-	free  []uint32                // slab slots of evicted keys, reused first
+	index map[string]uint32 // key -> its TAT's index in slab; nil when the namespace keeps States
+	slab  []float64         // TATs; the slots in free are unused
+	under []uint16          // per slab slot, the contract its TAT was stored under: an index in contracts (0: none recorded; see at)
+	// contracts are the interval and tolerance of the contracts the
+	// namespace's TATs were stored under, by index (0: none), a handful at
+	// most (one per live change): a slot records two bytes, not sixteen.
+	contracts [][2]float64
+	gens      []uint32                // per slab slot, the generation of its last reservation (see grant), and hasLedger
+	led       map[uint32]*gcra.Ledger // the Ledgers of the slots whose gens hold hasLedger (nil until the first)
+	free      []uint32                // slab slots of evicted keys, reused first
 }
 
 // hasLedger is the bit of a slot's gens word saying that the key has a
@@ -83,27 +87,47 @@ func (t *tatKeys) add(key string, tat float64, k *gcra.Kernel) uint32 {
 	} else {
 		i = uint32(len(t.slab))
 		t.slab = append(t.slab, tat)
-		t.under = append(t.under, [2]float64{})
+		t.under = append(t.under, 0)
 		t.gens = append(t.gens, 0)
 	}
-	t.under[i] = under(k)
+	t.under[i] = t.contract(k)
 	t.index[key] = i
 	return i
 }
 
-// under returns what a slot records of the kernel its TAT is stored under.
-func under(k *gcra.Kernel) [2]float64 {
+// contract returns the index of kernel k's contract in t.contracts,
+// adding it (0 for nil: none recorded). Past 65,535 contracts in one
+// namespace the oldest index is reused: a TAT stored under it is read as
+// the later contract, which a key idle since then (every one, in
+// practice) does not notice.
+func (t *tatKeys) contract(k *gcra.Kernel) uint16 {
 	if k == nil {
-		return [2]float64{}
+		return 0
 	}
-	return [2]float64{k.Interval, k.Tau}
+	if len(t.contracts) == 0 {
+		t.contracts = append(t.contracts, [2]float64{}) // index 0: none
+	}
+	c := [2]float64{k.Interval, k.Tau}
+	for j := len(t.contracts) - 1; j > 0; j-- { // the latest first: the one in force
+		if t.contracts[j] == c {
+			return uint16(j)
+		}
+	}
+	if len(t.contracts) <= 0xFFFF {
+		t.contracts = append(t.contracts, c)
+		return uint16(len(t.contracts) - 1)
+	}
+	t.contracts[1] = c
+	return 1
 }
 
 // at returns slot i's TAT as kernel k reads it at now: one stored under
 // another contract (changed live) is converted (gcra.Kernel.Convert).
 func (t *tatKeys) at(i uint32, k *gcra.Kernel, now float64) float64 {
-	if u := t.under[i]; u[0] != 0 && (u[0] != k.Interval || u[1] != k.Tau) {
-		return k.Convert(t.slab[i], now, u[0], u[1])
+	if u := t.under[i]; u != 0 {
+		if c := t.contracts[u]; c[0] != k.Interval || c[1] != k.Tau {
+			return k.Convert(t.slab[i], now, c[0], c[1])
+		}
 	}
 	return t.slab[i]
 }
@@ -111,7 +135,7 @@ func (t *tatKeys) at(i uint32, k *gcra.Kernel, now float64) float64 {
 // set stores slot i's TAT, stored under kernel k.
 func (t *tatKeys) set(i uint32, tat float64, k *gcra.Kernel) {
 	t.slab[i] = tat
-	t.under[i] = under(k)
+	t.under[i] = t.contract(k)
 }
 
 // grant gives a reservation on slab slot i its generation: a number no
