@@ -10,6 +10,7 @@ import (
 	"go.uber.org/ratelimit"
 	"golang.org/x/time/rate"
 
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -18,7 +19,7 @@ import (
 var open = shaper.Rate{Count: 100000, Period: time.Second, Burst: 1 << 40}
 
 func memShaper(b testing.TB) *shaper.Shaper {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	b.Cleanup(func() { _ = store.Close() })
 	s, err := shaper.New(store, open)
 	if err != nil {
@@ -189,7 +190,7 @@ func bytesPerKey(b testing.TB, lib string, n int) float64 {
 	var keep any
 	switch lib {
 	case "throttlekit":
-		store := shaper.NewMemoryStore()
+		store := memstore.New()
 		defer store.Close()
 		s, err := shaper.New(store, open)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -46,7 +47,7 @@ var pacers = []struct {
 // tkPacer is Shaper.Wait on a memory store done in its two steps, Reserve
 // then the same sleep Wait uses, so that the slot is known.
 func tkPacer(perSec int, precise bool) (func() time.Time, func()) {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	s, err := shaper.New(store, shaper.PerSecond(int64(perSec)), shaper.WithMaxQueue(time.Hour))
 	if err != nil {
 		panic(err)

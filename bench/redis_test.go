@@ -12,6 +12,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -71,11 +72,11 @@ func client(srv *redistest.Server) *redis.Client {
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
 	c := client(srv)
-	s, err := shaper.New(shaper.NewRedisStore(c), shaper.Rate{Count: 100000, Period: time.Second, Burst: 1 << 40})
+	s, err := shaper.New(redisstore.New(c), shaper.Rate{Count: 100000, Period: time.Second, Burst: 1 << 40})
 	if err != nil {
 		b.Fatal(err)
 	}
-	alone, err := shaper.New(shaper.NewRedisStore(c, shaper.WithCoalescing(false)), shaper.Rate{Count: 100000, Period: time.Second, Burst: 1 << 40}, shaper.WithPrefix("alone:"))
+	alone, err := shaper.New(redisstore.New(c, redisstore.WithCoalescing(false)), shaper.Rate{Count: 100000, Period: time.Second, Burst: 1 << 40}, shaper.WithPrefix("alone:"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func BenchmarkRedisBytesPerKey(b *testing.B) {
 	srv := redistest.Start(b)
 	c := client(srv)
 	const n = 20000
-	s, err := shaper.New(shaper.NewRedisStore(c), bytesRate)
+	s, err := shaper.New(redisstore.New(c), bytesRate)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -463,11 +464,11 @@ func (r *report) redisRows(g int, ops []redisOp, res map[string]redisFigures) {
 func (r *report) redis(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(srv) // pool 128, ContextTimeoutEnabled: the configuration docs/REDIS.md recommends
-	s, err := shaper.New(shaper.NewRedisStore(c), open)
+	s, err := shaper.New(redisstore.New(c), open)
 	if err != nil {
 		t.Fatal(err)
 	}
-	alone, err := shaper.New(shaper.NewRedisStore(c, shaper.WithCoalescing(false)), open, shaper.WithPrefix("alone:"))
+	alone, err := shaper.New(redisstore.New(c, redisstore.WithCoalescing(false)), open, shaper.WithPrefix("alone:"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +522,7 @@ func (r *report) redis(t *testing.T) {
 	// Bytes per key on the server.
 	const n = 20000
 	// Unnamed, on a store of its own: keys as a default shaper writes them.
-	small, err := shaper.New(shaper.NewRedisStore(c), bytesRate)
+	small, err := shaper.New(redisstore.New(c), bytesRate)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -49,7 +50,7 @@ type cancelled struct {
 // is given up at a random moment (the context is cancelled, as an HTTP
 // caller's is when its client leaves) up to the queue's depth later.
 func cancelRun(t *testing.T, rate, waiters int, share float64, d, warm time.Duration) cancelled {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	s, err := shaper.New(store, shaper.PerSecond(int64(rate)), shaper.WithName("cancel"))
 	if err != nil {
@@ -136,7 +137,7 @@ func llmRun(t *testing.T, requests, tokens, burst int64, settle bool, d, warm ti
 		_ = json.NewEncoder(w).Encode(map[string]int64{"used": u})
 	}))
 	defer api.Close()
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	s, err := shaper.All(store, []shaper.Dimension{
 		{Name: "requests", Rate: shaper.PerSecond(requests), Cost: func(int64) int64 { return 1 }},

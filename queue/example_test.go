@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/queue"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
@@ -13,7 +14,7 @@ import (
 // A pool of workers sends paced jobs; a failing job's error reaches the error
 // handler, and Close drains everything accepted.
 func Example() {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	s, _ := shaper.New(store, shaper.PerSecond(50))
 	var failures atomic.Int32

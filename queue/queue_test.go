@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/shaper/shapertest"
 	"go.uber.org/goleak"
@@ -20,7 +21,7 @@ var bg = context.Background()
 
 func newShaper(t *testing.T, rate shaper.Rate, opts ...shaper.Option) *shaper.Shaper {
 	t.Helper()
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	t.Cleanup(func() { _ = store.Close() })
 	s, err := shaper.New(store, rate, opts...)
 	if err != nil {

@@ -15,8 +15,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
-	"github.com/throttlekit/throttlekit-go/otel"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/otelshaper"
 	"github.com/throttlekit/throttlekit-go/queue"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -56,7 +58,7 @@ var fuzzID atomic.Int64
 func FuzzBadInput(f *testing.F) {
 	srv := redistest.Start(f)
 	client := srv.Client()
-	store := shaper.NewRedisStore(client, shaper.WithRedisTimeout(30*time.Second)) // 1 MiB keys under -race
+	store := redisstore.New(client, redisstore.WithTimeout(30*time.Second)) // 1 MiB keys under -race
 	f.Add(int64(10), int64(time.Second), int64(1), int64(1), "k", int64(time.Second), int64(30*time.Second), uint8(0), "10/s")
 	f.Add(int64(0), int64(time.Second), int64(1), int64(1), "k", int64(0), int64(0), uint8(1), "0/s")
 	f.Add(int64(-5), int64(-1), int64(-1), int64(-1), "", int64(-1), int64(-1), uint8(2), "NaN/s")
@@ -130,13 +132,13 @@ func TestNilAndBrokenParts(t *testing.T) {
 	client := srv.Client()
 	ctx := context.Background()
 	stores := map[string]shaper.Store{
-		"nil client":               shaper.NewRedisStore(nil),
-		"FailLocal(NaN)":           shaper.NewRedisStore(client, shaper.WithFailurePolicy(shaper.FailLocal(math.NaN()))),
-		"FailLocal(+Inf)":          shaper.NewRedisStore(client, shaper.WithFailurePolicy(shaper.FailLocal(math.Inf(1)))),
-		"FailLocal(-1)":            shaper.NewRedisStore(client, shaper.WithFailurePolicy(shaper.FailLocal(-1))),
-		"timeout 0":                shaper.NewRedisStore(client, shaper.WithRedisTimeout(0)),
-		"memory MaxKeys -1":        shaper.NewMemoryStore(shaper.WithMaxKeys(-1)),
-		"memory sweep interval -1": shaper.NewMemoryStore(shaper.WithSweepInterval(-1)),
+		"nil client":               redisstore.New(nil),
+		"FailLocal(NaN)":           redisstore.New(client, redisstore.WithFailurePolicy(redisstore.FailLocal(math.NaN()))),
+		"FailLocal(+Inf)":          redisstore.New(client, redisstore.WithFailurePolicy(redisstore.FailLocal(math.Inf(1)))),
+		"FailLocal(-1)":            redisstore.New(client, redisstore.WithFailurePolicy(redisstore.FailLocal(-1))),
+		"timeout 0":                redisstore.New(client, redisstore.WithTimeout(0)),
+		"memory MaxKeys -1":        memstore.New(memstore.WithMaxKeys(-1)),
+		"memory sweep interval -1": memstore.New(memstore.WithSweepInterval(-1)),
 	}
 	for name, st := range stores {
 		if _, err := shaper.New(st, shaper.PerSecond(1)); !errors.Is(err, shaper.ErrInvalidConfig) {
@@ -163,8 +165,8 @@ func TestNilAndBrokenParts(t *testing.T) {
 	if err := q.Close(ctx); err != nil {
 		t.Error(err)
 	}
-	if _, err := otel.Wrap(nil).Reserve(ctx, "k", 1); !errors.As(err, &ce) {
-		t.Errorf("otel.Wrap(nil).Reserve: %v", err)
+	if _, err := otelshaper.Wrap(nil).Reserve(ctx, "k", 1); !errors.As(err, &ce) {
+		t.Errorf("otelshaper.Wrap(nil).Reserve: %v", err)
 	}
 	if n, _ := client.DBSize(ctx).Result(); n != 0 {
 		t.Errorf("%d keys written by refused calls", n)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
 	itrace "github.com/throttlekit/throttlekit-go/internal/trace"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -70,10 +71,10 @@ type fault struct {
 	// second 106-107 at 100/s where the slots hold 101). The rows check the
 	// slots; docs/RELIABILITY.md says what that lateness means.
 	clientClock bool
-	policies    []shaper.FailurePolicy
+	policies    []redisstore.FailurePolicy
 }
 
-var everyPolicy = []shaper.FailurePolicy{shaper.FailClosed, shaper.FailOpen, shaper.FailLocal(1)}
+var everyPolicy = []redisstore.FailurePolicy{redisstore.FailClosed, redisstore.FailOpen, redisstore.FailLocal(1)}
 
 var faults = []fault{
 	{name: "SIGSTOP 2 s", down: true, inject: pauseFor(2 * time.Second), policies: everyPolicy},
@@ -97,10 +98,10 @@ var faults = []fault{
 			time.Sleep(200 * time.Millisecond)
 		}
 		return from, time.Now()
-	}, policies: []shaper.FailurePolicy{shaper.FailClosed}},
-	{name: "DEBUG SLEEP 2 s", down: true, extra: []string{"--enable-debug-command", "yes"}, inject: debugSleep(2), policies: []shaper.FailurePolicy{shaper.FailClosed, shaper.FailLocal(1)}},
+	}, policies: []redisstore.FailurePolicy{redisstore.FailClosed}},
+	{name: "DEBUG SLEEP 2 s", down: true, extra: []string{"--enable-debug-command", "yes"}, inject: debugSleep(2), policies: []redisstore.FailurePolicy{redisstore.FailClosed, redisstore.FailLocal(1)}},
 	{name: "Sentinel: primary killed", sentinel: true, down: true, lost: true, policies: everyPolicy, inject: sentinelFailover},
-	{name: "cluster master killed", cluster: true, down: true, policies: []shaper.FailurePolicy{shaper.FailClosed}, inject: func(t *testing.T, e env) (time.Time, time.Time) {
+	{name: "cluster master killed", cluster: true, down: true, policies: []redisstore.FailurePolicy{redisstore.FailClosed}, inject: func(t *testing.T, e env) (time.Time, time.Time) {
 		cc := e.client.(*redis.ClusterClient)
 		master, err := cc.MasterForKey(bg, "{k}")
 		if err != nil {
@@ -290,11 +291,11 @@ func badKeyFor(d time.Duration) func(*testing.T, env) (time.Time, time.Time) {
 	}
 }
 
-func policyName(p shaper.FailurePolicy) string {
+func policyName(p redisstore.FailurePolicy) string {
 	switch p {
-	case shaper.FailClosed:
+	case redisstore.FailClosed:
 		return "FailClosed"
-	case shaper.FailOpen:
+	case redisstore.FailOpen:
 		return "FailOpen"
 	}
 	return "FailLocal(1)"
@@ -319,7 +320,7 @@ func TestFaults(t *testing.T) {
 	t.Log("\n" + table)
 }
 
-func runFault(t *testing.T, f fault, policy shaper.FailurePolicy) string {
+func runFault(t *testing.T, f fault, policy redisstore.FailurePolicy) string {
 	e := env{note: new(string)}
 	switch {
 	case f.cluster:
@@ -332,11 +333,11 @@ func runFault(t *testing.T, f fault, policy shaper.FailurePolicy) string {
 		e.srv = redistest.Start(t, f.extra...)
 		e.client = e.srv.Client(func(o *redis.Options) { o.PoolSize = 32 })
 	}
-	opts := []shaper.RedisOption{shaper.WithRedisTimeout(storeTimeout), shaper.WithFailurePolicy(policy)}
+	opts := []redisstore.Option{redisstore.WithTimeout(storeTimeout), redisstore.WithFailurePolicy(policy)}
 	if f.clientClock {
-		opts = append(opts, shaper.WithClientClock())
+		opts = append(opts, redisstore.WithClientClock())
 	}
-	store := shaper.NewRedisStore(e.client, opts...)
+	store := redisstore.New(e.client, opts...)
 	defer store.Close()
 	s, err := shaper.New(store, shaper.PerSecond(faultRate), shaper.WithName("faults"), shaper.WithMaxQueue(time.Second))
 	if err != nil {
@@ -372,7 +373,7 @@ func runFault(t *testing.T, f fault, policy shaper.FailurePolicy) string {
 	end := time.Now()
 
 	deps := rec.departures()
-	open := policy == shaper.FailOpen && f.down
+	open := policy == redisstore.FailOpen && f.down
 	most, at := mostIn(deps, time.Second, start, end)
 	over := ""
 	if open { // the contract is not enforced while the server is down: check outside
@@ -416,7 +417,7 @@ func runFault(t *testing.T, f fault, policy shaper.FailurePolicy) string {
 	}
 	during := between(deps, from.Add(storeTimeout+100*time.Millisecond), to)
 	switch policy {
-	case shaper.FailClosed:
+	case redisstore.FailClosed:
 		// No slot is granted by a store that cannot answer, and callers get
 		// errors; a request granted before the fault still departs.
 		if during > faultWaiters {
@@ -425,7 +426,7 @@ func runFault(t *testing.T, f fault, policy shaper.FailurePolicy) string {
 		if rec.errs["store"]+rec.errs["deadline"] == 0 {
 			t.Errorf("FailClosed: no caller saw the fault: %s", errs)
 		}
-	case shaper.FailOpen:
+	case redisstore.FailOpen:
 		if during == 0 || store.Degraded() == 0 {
 			t.Errorf("FailOpen: %d departures during the fault, %d degraded: the policy did not serve", during, store.Degraded())
 		}

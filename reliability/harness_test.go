@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -35,7 +36,7 @@ func (r *recorder) depart(t time.Time) {
 }
 
 func errKind(err error) string {
-	var se *shaper.StoreError
+	var se *redisstore.Error
 	switch {
 	case errors.As(err, &se) && strings.Contains(se.Error(), "answered other calls but not this one"):
 		// Redis answered the others in time, not this call: this process

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -32,7 +33,7 @@ func TestLoadMillionReservations(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	client := srv.Client(func(o *redis.Options) { o.PoolSize = 128 })
-	store := shaper.NewRedisStore(client, shaper.WithClientClock(), shaper.WithRedisTimeout(5*time.Second))
+	store := redisstore.New(client, redisstore.WithClientClock(), redisstore.WithTimeout(5*time.Second))
 	s, err := shaper.New(store, shaper.Every(every), shaper.WithName("load"), shaper.WithMaxQueue(time.Hour))
 	if err != nil {
 		t.Fatal(err)

@@ -20,8 +20,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
-	"github.com/throttlekit/throttlekit-go/otel"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/otelshaper"
 	"github.com/throttlekit/throttlekit-go/queue"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -42,9 +44,9 @@ func TestSoak(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	client := srv.Client(func(o *redis.Options) { o.PoolSize = 64 })
-	redisStore := shaper.NewRedisStore(client, shaper.WithFailurePolicy(shaper.FailLocal(1)))
+	redisStore := redisstore.New(client, redisstore.WithFailurePolicy(redisstore.FailLocal(1)))
 	defer redisStore.Close()
-	mem := shaper.NewMemoryStore(shaper.WithSweepInterval(2 * time.Second))
+	mem := memstore.New(memstore.WithSweepInterval(2 * time.Second))
 	defer mem.Close()
 
 	mk := func(st shaper.Store, name string, r shaper.Rate, opts ...shaper.Option) *shaper.Shaper {
@@ -76,7 +78,7 @@ func TestSoak(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	defer partner.Close()
-	httpClient := &http.Client{Transport: transport.New(otel.Wrap(shapers[2]), transport.WithBase(partner.Client().Transport),
+	httpClient := &http.Client{Transport: transport.New(otelshaper.Wrap(shapers[2]), transport.WithBase(partner.Client().Transport),
 		transport.WithKey(func(r *http.Request) string { return "host-" + r.URL.Query().Get("k") }))}
 	defer httpClient.CloseIdleConnections()
 	q := queue.New(shapers[0], queue.WithWorkers(8), queue.WithMaxPending(500))

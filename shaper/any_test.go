@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 )
 
 // Any: a request departs when the first dimension admits it, and only the
@@ -23,9 +25,9 @@ func TestAnyConsumesOnlyWhereItAdmits(t *testing.T) {
 	}{{"memory", nil}, {"redis", single}, {"cluster", cluster}} {
 		t.Run(st.name, func(t *testing.T) {
 			clock := timer.NewFake(t0)
-			var store Store = NewMemoryStore(WithSweepInterval(0))
+			var store Store = memstore.New(memstore.WithSweepInterval(0))
 			if st.client != nil {
-				store = NewRedisStore(st.client, WithClientClock(), WithRedisTimeout(slowMachine))
+				store = redisstore.New(st.client, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine))
 			}
 			s, err := Any(store, []Dimension{
 				{Name: "own", Rate: PerSecond(1)},
@@ -87,7 +89,7 @@ func TestAnyConsumesOnlyWhereItAdmits(t *testing.T) {
 func TestAnyCostsAndLimits(t *testing.T) {
 	t.Parallel()
 	clock := timer.NewFake(t0)
-	s, err := Any(NewMemoryStore(WithSweepInterval(0)), []Dimension{
+	s, err := Any(memstore.New(memstore.WithSweepInterval(0)), []Dimension{
 		{Name: "small", Rate: PerSecond(10).WithBurst(2)},
 		{Name: "large", Rate: PerSecond(100).WithBurst(50)},
 	}, WithClock(clock), WithAlgorithm(GCRA))
@@ -111,7 +113,7 @@ func TestAnyCostsAndLimits(t *testing.T) {
 	for i := range many {
 		many[i] = Dimension{Name: fmt.Sprint(i), Rate: PerSecond(1)}
 	}
-	if _, err := Any(NewMemoryStore(WithSweepInterval(0)), many); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := Any(memstore.New(memstore.WithSweepInterval(0)), many); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("65 dimensions: %v", err)
 	}
 }

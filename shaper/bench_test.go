@@ -1,17 +1,19 @@
 package shaper
 
 import (
-	"github.com/throttlekit/throttlekit-go/internal/timer"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
 )
 
 // benchShaper: the real clock, a rate no benchmark exhausts, Allow-like use of
 // Reserve (every call admitted at once).
-func benchShaper(b testing.TB) (*Shaper, *MemoryStore) {
-	store := NewMemoryStore(WithSweepInterval(0))
+func benchShaper(b testing.TB) (*Shaper, *memstore.Store) {
+	store := memstore.New(memstore.WithSweepInterval(0))
 	s, err := New(store, Rate{Count: 100000, Period: time.Second, Burst: 1 << 40})
 	if err != nil {
 		b.Fatal(err)
@@ -113,7 +115,7 @@ func TestReserveOnAnExistingKeyDoesNotAllocate(t *testing.T) {
 
 // BenchmarkReserveAll: requests plus tokens on one account (two dimensions).
 func BenchmarkReserveAll(b *testing.B) {
-	store := NewMemoryStore(WithSweepInterval(0))
+	store := memstore.New(memstore.WithSweepInterval(0))
 	s, err := All(store, []Dimension{
 		{Name: "requests", Rate: Rate{Count: 100000, Period: time.Second, Burst: 1 << 40}, Cost: func(int64) int64 { return 1 }},
 		{Name: "tokens", Rate: Rate{Count: 100000, Period: time.Second, Burst: 1 << 40}},
@@ -131,14 +133,14 @@ func BenchmarkReserveAll(b *testing.B) {
 
 // BenchmarkNewKeyAtTheCap: the cost of a new key in a store at its MaxKeys
 // cap of 1,000,000 keys, when every key is throttled (the new key is
-// refused with ErrStoreFull) and when every key is idle (the new key evicts
+// refused with memstore.ErrFull) and when every key is idle (the new key evicts
 // one), on the fake clock so that the store's state is the same for every
 // call. Each ns/op is one new key.
 func BenchmarkNewKeyAtTheCap(b *testing.B) {
 	const keys = 1_000_000
 	fill := func(b *testing.B) (*Shaper, *timer.Fake) {
 		clock := timer.NewFake(t0)
-		store := NewMemoryStore(WithMaxKeys(keys), WithSweepInterval(0))
+		store := memstore.New(memstore.WithMaxKeys(keys), memstore.WithSweepInterval(0))
 		s, err := New(store, PerMinute(1), WithClock(clock))
 		if err != nil {
 			b.Fatal(err)
@@ -159,7 +161,7 @@ func BenchmarkNewKeyAtTheCap(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			if _, err := s.Reserve(bg, names[i%len(names)], 1); err != ErrStoreFull {
+			if _, err := s.Reserve(bg, names[i%len(names)], 1); err != memstore.ErrFull {
 				b.Fatal(err)
 			}
 			i++

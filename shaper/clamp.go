@@ -2,31 +2,23 @@ package shaper
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
-	"github.com/throttlekit/throttlekit-go/internal/script"
 )
 
-// Clamp paces key evenly until a partner's reset: the partner says that
-// only remaining more calls on key are allowed in the next reset (its
-// RateLimit-Remaining and RateLimit-Reset headers, which the transport
-// package reads and passes here). Until then, the requests reserved on key
-// (on every dimension's key, as Pause holds them) depart at least
-// reset/remaining apart, in every process sharing the store, so the fleet
-// spreads what is left over the window instead of spending it at once and
-// collecting 429s. A clamp only ever adds a floor: the contract still
-// holds, so it never speeds a key up. A later clamp replaces an earlier
-// one (a new window), keeping its next slot; slots granted before a clamp
-// keep their times.
-//
-// A remaining count the contract could not exceed before the reset anyway
-// (every dimension's Burst + Count per Period over reset) records nothing;
-// remaining <= 0 pauses the key until the reset (Pause); reset <= 0 does
-// nothing. A reset above MaxPause is a *ConfigError.
+// Clamp paces key evenly until a partner's reset: the partner says only
+// remaining more calls are allowed within reset (its RateLimit-Remaining
+// and RateLimit-Reset headers, which package transport passes here). Until
+// then the requests on key (every dimension's key, as Pause holds them)
+// depart at least reset/remaining apart in every process sharing the
+// store. A clamp only adds a floor, never speeds a key up; a later clamp
+// replaces an earlier one, keeping its next slot; granted slots keep their
+// times. A remaining count the contract could not exceed before the reset
+// anyway records nothing; remaining <= 0 pauses the key until the reset;
+// reset <= 0 does nothing; a reset above MaxPause is a *ConfigError.
 func (s *Shaper) Clamp(ctx context.Context, key string, remaining int64, reset time.Duration) error {
 	if s == nil {
 		return errNilShaper
@@ -53,7 +45,7 @@ func (s *Shaper) Clamp(ctx context.Context, key string, remaining int64, reset t
 	}
 	span := algorithms.DurationMillis(reset)
 	st := startStore(ctx)
-	err = s.store.clamp(ctx, ks, algorithms.Millis(s.cfg.clock.Now()), span/float64(remaining), span)
+	err = s.store.Clamp(ctx, ks, algorithms.Millis(s.cfg.clock.Now()), span/float64(remaining), span)
 	st.done("clamp", err)
 	return err
 }
@@ -76,27 +68,8 @@ func (r *router) Clamp(ctx context.Context, key string, remaining int64, reset t
 	if err != nil {
 		return err
 	}
-	if c, ok := to.(interface {
-		Clamp(context.Context, string, int64, time.Duration) error
-	}); ok {
+	if c, ok := to.(Clamper); ok {
 		return c.Clamp(ctx, key, remaining, reset)
 	}
 	return &ConfigError{Algorithm: "route", Field: "pick", Value: fmt.Sprintf("%T", to), Reason: "the Reserver picked for the key has no Clamp method"}
-}
-
-func (r *RedisStore) clamp(ctx context.Context, ks keyset, now, interval, span float64) error {
-	all := redisKeys(ks)
-	sk := make([]string, len(ks.dims))
-	for i := range ks.dims {
-		sk[i] = all[2*i]
-	}
-	err := r.write(ctx, "clamp", ks, func(ctx context.Context, probe bool) error {
-		return r.call(ctx, probe, func(ctx context.Context) error {
-			return script.Clamp.Run(ctx, r.client, sk, r.now(now), script.Float(interval), script.Float(span)).Err()
-		})
-	})
-	if r.local != nil && !errors.Is(err, ErrInvalidState) { // the local fallback honours the clamp too
-		_ = r.local.clamp(ctx, r.twins(ks), now, interval, span)
-	}
-	return err
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 )
 
 // A partner's clamp spreads what it has left evenly over its reset, in
@@ -116,7 +118,7 @@ func TestAClampOnlySlowsAKey(t *testing.T) {
 }
 
 // A clamp key holding what the library did not write fails the calls on
-// that key alone with a *StateError (a value of another type: Clamp, and
+// that key alone with a *redisstore.StateError (a value of another type: Clamp, and
 // the reservations of several dimensions) and is never overwritten, on a
 // node and on the cluster, for one contract and for several.
 func TestRedisAForeignClampKeyFailsThatCallAlone(t *testing.T) {
@@ -128,7 +130,7 @@ func TestRedisAForeignClampKeyFailsThatCallAlone(t *testing.T) {
 		Get(ctx context.Context, key string) *redis.StringCmd
 		LLen(ctx context.Context, key string) *redis.IntCmd
 	}{"redis": node, "cluster": cluster} {
-		store := NewRedisStore(c.(redis.UniversalClient), WithRedisTimeout(slowMachine), WithFailurePolicy(FailOpen))
+		store := redisstore.New(c.(redis.UniversalClient), redisstore.WithTimeout(slowMachine), redisstore.WithFailurePolicy(redisstore.FailOpen))
 		one, err := New(store, PerSecond(10), WithName("clamp-foreign-"+kind))
 		if err != nil {
 			t.Fatal(err)
@@ -192,7 +194,7 @@ func TestRedisAForeignClampKeyFailsThatCallAlone(t *testing.T) {
 func TestRedisWaitDepartsOnASlotBeforeItsDeadline(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
-	s, err := New(NewRedisStore(c, WithRedisTimeout(slowMachine)), PerSecond(1), WithName("wait-deadline"))
+	s, err := New(redisstore.New(c, redisstore.WithTimeout(slowMachine)), PerSecond(1), WithName("wait-deadline"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,11 +220,13 @@ func clampStores(t *testing.T) map[string]func() Store {
 	client := timeless(node)
 	return map[string]func() Store{
 		"memory": func() Store {
-			m := NewMemoryStore(WithSweepInterval(0))
+			m := memstore.New(memstore.WithSweepInterval(0))
 			t.Cleanup(func() { _ = m.Close() })
 			return m
 		},
-		"redis": func() Store { return NewRedisStore(client, WithClientClock(), WithRedisTimeout(slowMachine)) },
+		"redis": func() Store {
+			return redisstore.New(client, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine))
+		},
 	}
 }
 
@@ -347,6 +351,7 @@ func TestStatusRemainingIsWhatAllowAdmitsAtOnce(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				watchClamps(s) // clampHolds reads the clamps it sets
 				rng := rand.New(rand.NewPCG(uint64(seed), 13))
 				var log []string
 				checked, clamped := 0, 0

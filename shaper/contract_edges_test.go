@@ -13,7 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/internal/store"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 )
 
 // Issue 26: edges of the contract around settling, cancelling, live
@@ -21,10 +24,12 @@ import (
 
 // edgeStore is one kind of store a test of this file runs on: memory
 // (client nil), a Redis node or the 3-master cluster (a timeless client:
-// keys expire only when a test deletes them, see timeless).
+// keys expire only when a test deletes them, see timeless; with a gate
+// that can hold its script calls, see heldBatch).
 type edgeStore struct {
 	name   string
 	client redis.UniversalClient
+	gate   *gate
 }
 
 // edgeStores starts the servers the named kinds ("memory", "redis",
@@ -38,9 +43,12 @@ func edgeStores(t *testing.T, kinds ...string) []edgeStore {
 			out = append(out, edgeStore{name: k})
 		case "redis":
 			_, node := redisClient(t)
-			out = append(out, edgeStore{name: k, client: timeless(node)})
+			g := newGate(node)
+			out = append(out, edgeStore{name: k, client: timeless(node), gate: g})
 		case "cluster":
-			out = append(out, edgeStore{name: k, client: timeless(redistest.StartCluster(t).Client(t))})
+			cluster := redistest.StartCluster(t).Client(t)
+			g := newGate(cluster)
+			out = append(out, edgeStore{name: k, client: timeless(cluster), gate: g})
 		default:
 			t.Fatalf("unknown store kind %q", k)
 		}
@@ -49,16 +57,16 @@ func edgeStores(t *testing.T, kinds ...string) []edgeStore {
 }
 
 // store returns a fresh store of e's kind, closed when t ends: a memory
-// store without a sweeper, or a RedisStore on the test's clock with a store
+// store without a sweeper, or a redisstore.Store on the test's clock with a store
 // timeout a loaded machine cannot trip.
 func (e edgeStore) store(t *testing.T) Store {
 	t.Helper()
 	if e.client == nil {
-		m := NewMemoryStore(WithSweepInterval(0))
+		m := memstore.New(memstore.WithSweepInterval(0))
 		t.Cleanup(func() { _ = m.Close() })
 		return m
 	}
-	rs := NewRedisStore(e.client, WithClientClock(), WithRedisTimeout(slowMachine))
+	rs := redisstore.New(e.client, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine))
 	t.Cleanup(func() { _ = rs.Close() })
 	return rs
 }
@@ -66,12 +74,12 @@ func (e edgeStore) store(t *testing.T) Store {
 // edgeStateKeys returns key's Redis state key in every dimension of s, in
 // name order.
 func edgeStateKeys(s *Shaper, key string) []string {
-	dims := s.cur.Load().dims
+	dims := s.cur.Load().sdims
 	keys := make([]string, len(dims))
 	for i := range keys {
 		keys[i] = key
 	}
-	all := redisKeys(keyset{dims: dims, keys: keys, slot: key})
+	all := redisKeysOf(store.KeySet{Dims: dims, Keys: keys, Slot: key})
 	var out []string
 	for i := 0; i < len(all); i += 2 {
 		out = append(out, all[i])
@@ -100,7 +108,7 @@ func edgeExpire(t *testing.T, e edgeStore, s *Shaper, store Store, keys ...strin
 		}
 		return
 	}
-	m := store.(*MemoryStore)
+	m := store.(*memstore.Store)
 	mustReserve(t, s, "expire-bump", 1) // busy: the store's now is the clock's, and this key is not idle
 	held := m.Len()
 	if n := m.Sweep(); n != len(keys)*len(s.cur.Load().dims) {
@@ -369,7 +377,7 @@ func TestEdgeAnOverrunPastTheSeqWindowIsCharged(t *testing.T) {
 					t.Fatal(err)
 				}
 				rs[i] = mustReserve(t, s, k, 1)
-				if rs[i].seq == 0 {
+				if rs[i].g.Seq == 0 {
 					t.Fatalf("%s: the reservation after a cancel has no sequence number: the key has no Ledger", k)
 				}
 			}
@@ -392,7 +400,7 @@ func TestEdgeAnOverrunPastTheSeqWindowIsCharged(t *testing.T) {
 
 // Issue 26, item 7: a reservation that fails on a corrupt Ledger consumes
 // nothing, alone or in a batch, and fails alike both ways with a
-// *StateError.
+// *redisstore.StateError.
 func TestEdgeACorruptLedgerReservationConsumesNothing(t *testing.T) {
 	t.Parallel()
 	corruptions := []struct {
@@ -417,9 +425,7 @@ func TestEdgeACorruptLedgerReservationConsumesNothing(t *testing.T) {
 		for i, corrupt := range corruptions {
 			t.Run(e.name+"/"+corrupt.name, func(t *testing.T) {
 				clock := timer.NewFake(t0)
-				store := e.store(t)
-				rs := store.(*RedisStore)
-				s, err := New(store, PerSecond(10), WithClock(clock), WithName(fmt.Sprintf("edge-corrupt-%s-%d", e.name, i)))
+				s, err := New(e.store(t), PerSecond(10), WithClock(clock), WithName(fmt.Sprintf("edge-corrupt-%s-%d", e.name, i)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -452,9 +458,9 @@ func TestEdgeACorruptLedgerReservationConsumesNothing(t *testing.T) {
 				}
 				check := func(how string, err error) string {
 					t.Helper()
-					var se *StateError
+					var se *redisstore.StateError
 					if !errors.As(err, &se) || !errors.Is(err, ErrInvalidState) || se.Key != "k" {
-						t.Fatalf("%s: %v (%T), want a *StateError naming k", how, err, err)
+						t.Fatalf("%s: %v (%T), want a *redisstore.StateError naming k", how, err, err)
 					}
 					return se.Error()
 				}
@@ -469,12 +475,14 @@ func TestEdgeACorruptLedgerReservationConsumesNothing(t *testing.T) {
 					}
 				}
 				unchanged("alone")
-				errs := make([]error, 4)
-				heldBatch(t, rs, 4, func(j int) { _, errs[j] = s.Reserve(bg, "k", 1) })
-				if l := rs.lanes.largest.Load(); l < 4 {
+				// 4 queued behind the calls held in flight (alone too, and
+				// checked alike), then decided by one call.
+				errs := make([]error, 16)
+				n := heldBatch(t, e.gate, 4, len(errs), func(j int) { _, errs[j] = s.Reserve(bg, "k", 1) })
+				if l := e.gate.largest.Load(); l < 4 {
 					t.Fatalf("the largest call decided %d reservations: the 4 were not batched", l)
 				}
-				for j, err := range errs {
+				for j, err := range errs[:n] {
 					if got := check(fmt.Sprintf("batched, reservation %d", j), err); got != want {
 						t.Fatalf("batched, reservation %d: %q, alone %q", j, got, want)
 					}
@@ -532,7 +540,7 @@ func TestEdgeASettleWithADoneContextRecordsNothing(t *testing.T) {
 }
 
 // Issue 26, item 9: a two-dimension settle whose second dimension's Ledger
-// is corrupt fails with a *StateError naming that dimension, and writes
+// is corrupt fails with a *redisstore.StateError naming that dimension, and writes
 // nothing to the first.
 func TestEdgeASettleFailingOnOneDimensionNamesItAndWritesNothing(t *testing.T) {
 	t.Parallel()
@@ -558,7 +566,7 @@ func TestEdgeASettleFailingOnOneDimensionNamesItAndWritesNothing(t *testing.T) {
 				}
 				r2 := mustReserve(t, s, "k", 1)
 				sks := edgeStateKeys(s, "k")
-				if dims := s.cur.Load().dims; len(sks) != 2 || dims[0].name != "a" || dims[1].name != "b" {
+				if dims := s.cur.Load().dims; len(sks) != 2 || dims[0].Name != "a" || dims[1].Name != "b" {
 					t.Fatalf("state keys %q", sks)
 				}
 				for _, sk := range sks {
@@ -575,9 +583,9 @@ func TestEdgeASettleFailingOnOneDimensionNamesItAndWritesNothing(t *testing.T) {
 					t.Fatal(err)
 				}
 				err = r2.Settle(bg, 5)
-				var se *StateError
+				var se *redisstore.StateError
 				if !errors.As(err, &se) || !errors.Is(err, ErrInvalidState) || se.Dimension != "b" || se.Key != "k" || se.Op != "settle" {
-					t.Fatalf("Settle with b's Ledger corrupt: %v (%T), want a *StateError of settle naming k and dimension b", err, err)
+					t.Fatalf("Settle with b's Ledger corrupt: %v (%T), want a *redisstore.StateError of settle naming k and dimension b", err, err)
 				}
 				if got := edgeDump(t, e.client, sks[0]); got != a {
 					t.Fatalf("dimension a changed although the settle failed:\n%s\nwas\n%s", got, a)
@@ -624,7 +632,7 @@ func TestEdgeCopiesSettledLateChargeOnce(t *testing.T) {
 						}
 					}
 					rs[i] = mustReserve(t, s, k, 1)
-					if c.ledger && rs[i].seq == 0 {
+					if c.ledger && rs[i].g.Seq == 0 {
 						t.Fatalf("%s: no sequence number: the key has no Ledger", k)
 					}
 				}

@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 )
 
 // orderDims is a three-dimension contract whose dimensions differ in every
@@ -63,9 +65,13 @@ func TestDimensionOrderNeverChangesTheResult(t *testing.T) {
 		name string
 		make func() Store
 	}{
-		{"memory", func() Store { return NewMemoryStore(WithSweepInterval(0)) }},
-		{"redis", func() Store { return NewRedisStore(single, WithClientClock(), WithRedisTimeout(5*time.Second)) }},
-		{"cluster", func() Store { return NewRedisStore(cluster, WithClientClock(), WithRedisTimeout(5*time.Second)) }},
+		{"memory", func() Store { return memstore.New(memstore.WithSweepInterval(0)) }},
+		{"redis", func() Store {
+			return redisstore.New(single, redisstore.WithClientClock(), redisstore.WithTimeout(5*time.Second))
+		}},
+		{"cluster", func() Store {
+			return redisstore.New(cluster, redisstore.WithClientClock(), redisstore.WithTimeout(5*time.Second))
+		}},
 	}
 	var want []string
 	for _, st := range stores {
@@ -117,7 +123,7 @@ func TestSlotDimensionMustBeUnambiguous(t *testing.T) {
 		{"one mapping", []Dimension{{Name: "user", Rate: PerSecond(5)}, {Name: "org", Rate: PerSecond(9), Key: org}}, true},
 	}
 	for _, c := range cases {
-		_, err := All(NewMemoryStore(WithSweepInterval(0)), c.dims)
+		_, err := All(memstore.New(memstore.WithSweepInterval(0)), c.dims)
 		if (err == nil) != c.ok {
 			t.Errorf("%s: err = %v, want ok=%v", c.name, err, c.ok)
 		}
@@ -133,7 +139,7 @@ func TestMarkedSlotSharesTheBroadestBudgetOnACluster(t *testing.T) {
 	t.Parallel()
 	cluster := redistest.StartCluster(t).Client(t)
 	for _, client := range []redis.UniversalClient{cluster} {
-		s, err := All(NewRedisStore(client, WithRedisTimeout(slowMachine)), []Dimension{
+		s, err := All(redisstore.New(client, redisstore.WithTimeout(slowMachine)), []Dimension{
 			{Name: "team", Rate: PerSecond(100).WithBurst(100), Key: func(k string) string { return "team:" + k[:1] }},
 			{Name: "org", Rate: PerMinute(1), Key: func(string) string { return "org" }, Slot: true},
 		}, WithName("slot"), WithMaxQueue(time.Second))

@@ -2,7 +2,10 @@
 // service's traffic reaches a partner as a steady stream inside its contract
 // instead of a burst followed by 429s.
 //
-//	store := shaper.NewMemoryStore() // or shaper.NewRedisStore(client): one budget for a fleet
+// A shaper keeps each key's state in a store, from package memstore or
+// package redisstore:
+//
+//	store := memstore.New() // or redisstore.New(client): one budget for a fleet
 //	defer store.Close()
 //	s, err := shaper.New(store, shaper.PerSecond(10)) // or shaper.ParseRate("600/min burst 5")
 //	...
@@ -19,8 +22,14 @@
 // consumes nothing. All combines several contracts (requests and tokens per
 // minute); Any admits what any one of them admits. SetRate and SetMaxQueue
 // change a running shaper's contract, and every process sharing its Redis
-// budget follows. Bad input gets a typed
-// error and writes nothing; a done ctx returns ctx.Err() unchanged. Shapers
-// and stores are safe for concurrent use. The docs/ folder says what each
-// algorithm guarantees and how a fleet shares a budget.
+// budget follows. Bad input gets a typed error and writes nothing; a done
+// ctx returns ctx.Err() unchanged. Shapers and stores are safe for
+// concurrent use.
+//
+// Package transport paces an http.Client, package queue runs a paced worker
+// pool, and package otelshaper records metrics and traces. Each takes a
+// Reserver: a *Shaper, or Route's choice of one per key. The transport and
+// otelshaper use a Reserver's optional capabilities (Acquirer, StatusReader,
+// Clamper) when it has them. The docs/ folder says what each algorithm
+// guarantees and how a fleet shares a budget.
 package shaper

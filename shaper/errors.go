@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/store"
 )
 
 // The sentinels every error of this package matches (errors.Is).
@@ -17,16 +18,17 @@ var (
 	ErrInvalidConfig = algorithms.ErrInvalidConfig
 	// ErrInvalidCost: a cost below 1 or one never admissible (*CostError).
 	ErrInvalidCost = algorithms.ErrInvalidCost
+	// ErrSettled: Settle on a Reservation already settled or cancelled.
+	ErrSettled = errors.New("throttlekit: reservation already settled or cancelled")
 	// ErrInvalidKey: a key longer than MaxKeyLen (*KeyError).
 	ErrInvalidKey = errors.New("throttlekit: invalid key")
-	// ErrStoreUnavailable: Redis failed under FailClosed, or the client is
-	// misconfigured (*StoreError).
-	ErrStoreUnavailable = errors.New("throttlekit: store unavailable")
-	// ErrInvalidState: a key holds data the library did not write
-	// (*StateError); that call alone fails and nothing is written.
-	ErrInvalidState = errors.New("throttlekit: stored state cannot be used")
-	// ErrStoreFull: a memory store at its MaxKeys cap with nothing idle.
-	ErrStoreFull = errors.New("throttlekit: memory store is full (MaxKeys) and no key is idle")
+	// ErrStoreUnavailable: the store could not answer (Redis failed under
+	// redisstore.FailClosed, or its client is misconfigured: a
+	// *redisstore.Error).
+	ErrStoreUnavailable = store.ErrUnavailable
+	// ErrInvalidState: a key holds data the library did not write (a
+	// *redisstore.StateError); that call alone fails and nothing is written.
+	ErrInvalidState = store.ErrInvalidState
 )
 
 // ConfigError reports a configuration value that was refused.
@@ -100,48 +102,3 @@ func (e *DeadlineError) Error() string {
 
 // Unwrap makes errors.Is(err, context.DeadlineExceeded) true.
 func (e *DeadlineError) Unwrap() error { return context.DeadlineExceeded }
-
-// StateError reports a key holding data a Redis store did not write (another
-// program's value, a corrupt state): that call fails alone, nothing is
-// overwritten, and no failure policy serves it. It matches ErrInvalidState.
-type StateError struct {
-	Op        string // "reserve", "cancel", "settle", "pause"
-	Key       string // after the dimension's Key mapping
-	Dimension string
-	Reason    string
-	Err       error // the server's error
-}
-
-// Error names the key, the dimension and what was wrong.
-func (e *StateError) Error() string {
-	dim := ""
-	if e.Dimension != "" {
-		dim = fmt.Sprintf(" (dimension %q)", e.Dimension)
-	}
-	return fmt.Sprintf("throttlekit: %s: key %q%s: %s", e.Op, e.Key, dim, e.Reason)
-}
-
-// Unwrap returns the server's error.
-func (e *StateError) Unwrap() error { return e.Err }
-
-// Is makes errors.Is(err, ErrInvalidState) true.
-func (e *StateError) Is(target error) bool { return target == ErrInvalidState }
-
-// StoreError reports Redis failing under FailClosed or, under every policy, a
-// client that cannot work as configured (a wrong password, a missing
-// permission). It matches ErrStoreUnavailable and unwraps to the cause.
-type StoreError struct {
-	Op  string // "reserve", "cancel", "settle", "pause", "reset"
-	Err error
-}
-
-// Error says which operation failed and why.
-func (e *StoreError) Error() string {
-	return fmt.Sprintf("throttlekit: store unavailable (%s): %v", e.Op, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *StoreError) Unwrap() error { return e.Err }
-
-// Is makes errors.Is(err, ErrStoreUnavailable) true.
-func (e *StoreError) Is(target error) bool { return target == ErrStoreUnavailable }

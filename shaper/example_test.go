@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/shaper/shapertest"
 )
@@ -13,7 +14,7 @@ import (
 // Wait paces calls to a partner that allows 20 per second: each call leaves
 // 50 ms after the previous one.
 func ExampleShaper_Wait() {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	s, err := shaper.New(store, shaper.PerSecond(20))
 	if err != nil {
@@ -34,7 +35,7 @@ func ExampleShaper_Wait() {
 // Reserve tells the caller when to go without sleeping; a caller that decides
 // not to go cancels, and the slot goes to the next caller.
 func ExampleShaper_Reserve() {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	s, _ := shaper.New(store, shaper.PerSecond(10), shaper.WithMaxQueue(time.Second))
 	ctx := context.Background()
@@ -65,7 +66,7 @@ func ExampleShaper_Reserve() {
 // An LLM API allows 3,500 requests and 90,000 tokens per minute per account.
 // Each call reserves its token count; it departs when both limits allow it.
 func ExampleAll() {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	s, err := shaper.All(store, []shaper.Dimension{
 		{Name: "requests", Rate: shaper.PerMinute(3500), Cost: func(int64) int64 { return 1 }},
@@ -113,7 +114,7 @@ func ExampleParseRate() {
 // Route puts several contracts behind one Reserver, here one per partner
 // host, so that one transport (or queue) paces each host at its own rate.
 func ExampleRoute() {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	hosts := map[string]shaper.Reserver{}
 	for host, rate := range map[string]shaper.Rate{"api.maps.example": shaper.PerSecond(50), "api.mail.example": shaper.PerSecond(2)} {
@@ -142,7 +143,7 @@ func ExampleRoute() {
 // used: the rest goes back to the account, and the next call need not wait
 // for tokens nobody used.
 func ExampleReservation_Settle() {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	// 1,000 tokens per second, at most 1,000 at once.
 	s, _ := shaper.New(store, shaper.PerSecond(1000).WithBurst(1000))
@@ -161,7 +162,7 @@ func ExampleReservation_Settle() {
 // RateLimit-Remaining and RateLimit-Reset headers, per dimension and with
 // the one that binds named.
 func ExampleShaper_Status() {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s, err := shaper.All(store, []shaper.Dimension{
@@ -193,7 +194,7 @@ func ExampleShaper_Status() {
 // has its own 1 per second and may draw on a pool of 3 per minute shared by
 // every account. Only the contracts that admit a request consume.
 func ExampleAny() {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s, err := shaper.Any(store, []shaper.Dimension{
@@ -223,10 +224,10 @@ func ExampleAny() {
 // SetRate changes a running shaper's contract: the partner has cut its
 // limit from 10 to 2 per second. The slots already granted keep their
 // times, and the next request leaves when 10/s would have sent it (300
-// ms), then one every 500 ms. On a RedisStore every process sharing the
+// ms), then one every 500 ms. On a redisstore.Store every process sharing the
 // budget follows the change within its refresh interval.
 func ExampleShaper_SetRate() {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s, err := shaper.New(store, shaper.PerSecond(10), shaper.WithClock(clock))
@@ -257,9 +258,9 @@ func ExampleShaper_SetRate() {
 // Clamp spreads what a partner says it has left: 3 calls until its reset in
 // 6 seconds, where the contract alone would send 10 a second. The calls
 // leave 2 s apart, and once the 3 are taken the next waits for the reset.
-// On a RedisStore every process sharing the key slows at once.
+// On a redisstore.Store every process sharing the key slows at once.
 func ExampleShaper_Clamp() {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s, err := shaper.New(store, shaper.PerSecond(10), shaper.WithClock(clock))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"go.uber.org/goleak"
 )
 
@@ -17,10 +18,10 @@ var bg = context.Background()
 
 // newTest returns a shaper on a fresh memory store (no background sweeper)
 // and a fake clock at t0.
-func newTest(t testing.TB, rate Rate, opts ...Option) (*Shaper, *MemoryStore, *timer.Fake) {
+func newTest(t testing.TB, rate Rate, opts ...Option) (*Shaper, *memstore.Store, *timer.Fake) {
 	t.Helper()
 	clock := timer.NewFake(t0)
-	store := NewMemoryStore(WithSweepInterval(0))
+	store := memstore.New(memstore.WithSweepInterval(0))
 	s, err := New(store, rate, append([]Option{WithClock(clock)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -3,26 +3,24 @@ package shaper
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/throttlekit/throttlekit-go/internal/script"
+	"github.com/throttlekit/throttlekit-go/internal/store"
 )
 
-// DefaultContractRefresh is how often a shaper on a RedisStore reads the
+// DefaultContractRefresh is how often a shaper on a Redis store reads the
 // live contract its fleet shares, unless WithContractRefresh says otherwise.
 const DefaultContractRefresh = time.Second
 
-// WithContractRefresh sets how often a shaper on a RedisStore reads the
+// WithContractRefresh sets how often a shaper on a Redis store reads the
 // contract recorded by SetRate and SetMaxQueue in any process of its fleet
 // (default DefaultContractRefresh; 0: never, the shaper follows only its own
 // changes). The first call of each interval starts the read in the
-// background; no caller waits for it. A shaper on a MemoryStore follows a
+// background; no caller waits for it. A shaper on a memory store follows a
 // change at once.
 func WithContractRefresh(d time.Duration) Option {
 	return func(c *config) {
@@ -38,37 +36,33 @@ func WithContractRefresh(d time.Duration) Option {
 // keep the one they were granted under.
 type contract struct {
 	dims     []*dim
+	sdims    []*store.Dim // what the store reads of dims, in their order
 	maxQueue time.Duration
 	version  uint64 // the version of the store's record it follows (0: the configured contract)
-	fields   string // the record's fields, canonical (see record.print): a record deleted and made anew restarts its version
-	// watch is the version in force: a MemoryStore's record version, which
-	// any shaper under the prefix may change; on a RedisStore the version
+	fields   string // the record's fields, canonical (see store.Record.Print): a record deleted and made anew restarts its version
+	// watch is the version in force: the store's record version (Backend.Watch), which
+	// any shaper under the prefix may change; on a Redis store the version
 	// this shaper adopted last (liveState.adopted). The contract is in
 	// force while it equals version.
 	watch *atomic.Uint64
 }
 
-// record is a live contract as a store keeps it for the shapers under one
-// prefix: the fields that differ from the configured contract it was made
-// for. A record made for another configured contract (a fleet redeployed
-// with new rates) is ignored, and replaced by the next change.
-type record struct {
-	version  uint64
-	identity string            // the configured contract (Shaper.identity)
-	fields   map[string]string // rateField(name) -> "count period-ns burst"; maxQueueField -> ns
+// index records what the store reads of c's dimensions (sdims).
+func (c *contract) index() {
+	c.sdims = make([]*store.Dim, len(c.dims))
+	for i, d := range c.dims {
+		c.sdims[i] = &d.Dim
+	}
 }
-
-const maxQueueField = "maxqueue"
-
-func rateField(dimension string) string { return "rate:" + dimension }
 
 // liveState is the Shaper's state for live changes.
 type liveState struct {
 	base     *contract // as configured
 	identity string    // the configured contract, whole
 	mu       sync.Mutex
-	watch    *atomic.Uint64 // every contract's watch: a MemoryStore's record version for the prefix, or &adopted
-	adopted  atomic.Uint64  // a RedisStore: the version of the contract in force
+	watch    *atomic.Uint64 // every contract's watch: the store's record version for the prefix (Backend.Watch), or &adopted
+	follows  bool           // the store tells when its record changes (watch is its)
+	adopted  atomic.Uint64  // a Redis store: the version of the contract in force
 	refresh  int64          // ns between reads of a remote record (0: never)
 	nextRead atomic.Int64   // a remote record is read at or after this instant (clock ns)
 	reading  atomic.Bool    // a read of the remote record is in flight
@@ -81,14 +75,13 @@ func (s *Shaper) startLive(base *contract) {
 	s.base = base
 	var id strings.Builder
 	for _, d := range base.dims {
-		fmt.Fprintf(&id, "%s=%s;", d.name, d.identity)
+		fmt.Fprintf(&id, "%s=%s;", d.Name, d.Identity)
 	}
 	s.identity = id.String()
-	s.watch = &s.adopted
-	switch st := s.store.(type) {
-	case *MemoryStore:
-		s.watch = st.recordVersion(s.cfg.prefix)
-	case *RedisStore:
+	s.watch = s.store.Watch(s.cfg.prefix)
+	s.follows = s.watch != nil
+	if !s.follows { // the record is read in the background (refreshAt)
+		s.watch = &s.adopted
 		refresh := DefaultContractRefresh
 		if s.cfg.refreshSet {
 			refresh = s.cfg.refresh
@@ -100,7 +93,7 @@ func (s *Shaper) startLive(base *contract) {
 }
 
 // live returns the contract in force, having first followed a change
-// recorded in a MemoryStore (one atomic load per call). On a RedisStore
+// recorded in a memory store (one atomic load per call). On a Redis store
 // the record is read in the background (refreshAt); a contract adopted
 // meanwhile is in force from the next call. The hot paths inline it as
 //
@@ -121,13 +114,13 @@ func (c *contract) stale() bool { return c.watch.Load() != c.version }
 
 // liveSlow is live past its inlined check.
 func (s *Shaper) liveSlow() *contract {
-	if s.mem != nil {
+	if s.follows {
 		return s.follow()
 	}
 	return s.cur.Load()
 }
 
-// refreshAt starts a read of a RedisStore's record in the background
+// refreshAt starts a read of a Redis store's record in the background
 // (readRemote) when the refresh interval has passed at now, the clock
 // reading the call was decided at; no caller waits for it, so a Redis
 // that does not answer delays nobody. One read is in flight at most.
@@ -141,27 +134,27 @@ func (s *Shaper) refreshAt(now time.Time) {
 	}
 }
 
-// follow adopts a MemoryStore's record.
+// follow adopts the record of a store that watches it.
 func (s *Shaper) follow() *contract {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.watch.Load() == s.cur.Load().version { // another caller followed it
 		return s.cur.Load()
 	}
-	if rec, err := s.store.readContract(context.Background(), s.cfg.prefix); err == nil {
+	if rec, err := s.store.ReadContract(context.Background(), s.cfg.prefix); err == nil {
 		_ = s.adopt(rec)
 	}
 	return s.cur.Load()
 }
 
-// readRemote reads a RedisStore's record, bounded by the store's timeout,
+// readRemote reads a Redis store's record, bounded by the store's timeout,
 // and adopts it, unless this shaper changed its contract since the read
 // began (epoch): the record read may be older than the change. A read that
 // fails (Redis down), or a record this shaper cannot follow, keeps the
 // contract in force; the next interval reads again.
 func (s *Shaper) readRemote(epoch uint64) {
 	defer s.reading.Store(false)
-	rec, err := s.store.readContract(context.Background(), s.cfg.prefix)
+	rec, err := s.store.ReadContract(context.Background(), s.cfg.prefix)
 	if err != nil {
 		return
 	}
@@ -174,11 +167,11 @@ func (s *Shaper) readRemote(epoch uint64) {
 
 // adopt makes rec the contract in force (the configured one when rec was
 // made for another, or there is none); the caller holds s.mu.
-func (s *Shaper) adopt(rec record) error {
-	if rec.identity != s.identity {
-		rec = record{}
+func (s *Shaper) adopt(rec store.Record) error {
+	if rec.Identity != s.identity {
+		rec = store.Record{}
 	}
-	if cur := s.cur.Load(); rec.version == cur.version && rec.print() == cur.fields {
+	if cur := s.cur.Load(); rec.Version == cur.version && rec.Print() == cur.fields {
 		return nil
 	}
 	c, err := s.build(rec)
@@ -186,7 +179,7 @@ func (s *Shaper) adopt(rec record) error {
 		return err
 	}
 	for _, d := range c.dims {
-		if d.bound, err = s.store.rebind(d); err != nil {
+		if d.Bound, err = s.store.Rebind(&d.Dim); err != nil {
 			return err
 		}
 	}
@@ -200,9 +193,9 @@ func (s *Shaper) adopt(rec record) error {
 
 // build returns the contract rec describes: the configured one with rec's
 // fields. Nothing is bound yet.
-func (s *Shaper) build(rec record) (*contract, error) {
-	c := &contract{maxQueue: s.base.maxQueue, version: rec.version, fields: rec.print(), watch: s.watch}
-	if v, ok := rec.fields[maxQueueField]; ok {
+func (s *Shaper) build(rec store.Record) (*contract, error) {
+	c := &contract{maxQueue: s.base.maxQueue, version: rec.Version, fields: rec.Print(), watch: s.watch}
+	if v, ok := rec.Fields[store.MaxQueueField]; ok {
 		ns, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ns < 0 {
 			return nil, &ConfigError{Algorithm: "shaper", Field: "MaxQueue", Value: v, Reason: "the store's contract record holds a malformed MaxQueue"}
@@ -211,7 +204,7 @@ func (s *Shaper) build(rec record) (*contract, error) {
 	}
 	for _, b := range s.base.dims {
 		rate := b.rate
-		if v, ok := rec.fields[rateField(b.name)]; ok {
+		if v, ok := rec.Fields[store.RateField(b.Name)]; ok {
 			r, err := decodeRate(v)
 			if err != nil {
 				return nil, err
@@ -224,6 +217,7 @@ func (s *Shaper) build(rec record) (*contract, error) {
 		}
 		c.dims = append(c.dims, d)
 	}
+	c.index()
 	return c, nil
 }
 
@@ -232,15 +226,12 @@ func (s *Shaper) redim(b *dim, rate Rate, maxQueue time.Duration) (*dim, error) 
 	if err := s.cfg.alg.changeable(b.rate, rate); err != nil {
 		return nil, err
 	}
-	alg, allow, err := s.cfg.alg.build(rate, maxQueue)
+	d, err := newDim(&s.cfg, Dimension{Name: b.Name, Key: b.key, Cost: b.cost}, rate, maxQueue)
 	if err != nil {
 		return nil, err
 	}
-	d := *b
-	d.alg, d.allow, d.rate, d.maxQueue = alg, allow, rate, maxQueue
-	d.identity = fmt.Sprintf("%v %v maxqueue=%v", s.cfg.alg, rate, maxQueue)
-	d.setKernels()
-	return &d, nil
+	d.Bound = b.Bound
+	return d, nil
 }
 
 // changeable refuses a live change the algorithm's state cannot follow:
@@ -260,21 +251,14 @@ func (a Algorithm) changeable(from, to Rate) error {
 // contract) while the shaper runs: no restart, and no burst at the switch.
 // Slots already granted keep their times, and no slot granted after the
 // change departs ahead of one granted before it: the key's schedule carries
-// over, so a key that was busy stays busy, the next request departs when
-// the old contract would have let it go, and a larger burst builds up at
-// the new rate from there, never at once. A shaper that has not
-// followed the change yet reads the schedule the same way in its own
-// contract, so while a change propagates each slot keeps the interval of
-// the shaper that granted it from the slot before. On a RedisStore the
-// change is recorded in Redis, and every
-// shaper of the fleet under the same prefix and configured contract
-// follows it within its refresh interval (WithContractRefresh), processes
-// started later included. docs/SHAPER.md says how a fleet changes its
-// contract; docs/GUARANTEES.md what holds while it does.
-//
-// A window algorithm's Period cannot change (a *ConfigError); an invalid
-// rate is refused as New refuses it, and a store that cannot record the
-// change returns a *StoreError: nothing changes then.
+// over, and a larger burst builds up at the new rate, never at once. On a
+// Redis store the change is recorded in Redis, and every shaper of the
+// fleet under the same prefix and configured contract follows it within
+// its refresh interval (WithContractRefresh). docs/SHAPER.md says how a
+// fleet changes its contract, docs/GUARANTEES.md what holds meanwhile. A
+// window algorithm's Period cannot change (a *ConfigError); an invalid rate
+// is refused as New refuses it; a store that cannot record the change
+// fails (ErrStoreUnavailable): nothing changes then.
 func (s *Shaper) SetRate(ctx context.Context, dimension string, rate Rate) error {
 	if s == nil {
 		return errNilShaper
@@ -284,7 +268,7 @@ func (s *Shaper) SetRate(ctx context.Context, dimension string, rate Rate) error
 	}
 	var b *dim
 	for _, d := range s.base.dims {
-		if d.name == dimension {
+		if d.Name == dimension {
 			b = d
 		}
 	}
@@ -296,7 +280,7 @@ func (s *Shaper) SetRate(ctx context.Context, dimension string, rate Rate) error
 	if _, err := s.redim(b, rate, s.cur.Load().maxQueue); err != nil {
 		return err
 	}
-	return s.change(ctx, rateField(dimension), encodeRate(rate))
+	return s.change(ctx, store.RateField(dimension), encodeRate(rate))
 }
 
 // SetMaxQueue changes the longest wait the shaper grants while it runs, as
@@ -319,14 +303,14 @@ func (s *Shaper) SetMaxQueue(ctx context.Context, d time.Duration) error {
 			return err
 		}
 	}
-	return s.change(ctx, maxQueueField, strconv.FormatInt(int64(d), 10))
+	return s.change(ctx, store.MaxQueueField, strconv.FormatInt(int64(d), 10))
 }
 
 // change records one field in the store and adopts the record; the caller
 // holds s.mu.
 func (s *Shaper) change(ctx context.Context, field, value string) error {
 	st := startStore(ctx)
-	rec, err := s.store.writeContract(ctx, s.cfg.prefix, s.identity, field, value)
+	rec, err := s.store.WriteContract(ctx, s.cfg.prefix, s.identity, field, value)
 	st.done("set_contract", err)
 	if err != nil {
 		return err
@@ -342,7 +326,7 @@ func (s *Shaper) Rate(dimension string) (Rate, bool) {
 		return Rate{}, false
 	}
 	for _, d := range s.cur.Load().dims {
-		if d.name == dimension {
+		if d.Name == dimension {
 			return d.rate, true
 		}
 	}
@@ -368,179 +352,4 @@ func decodeRate(v string) (Rate, error) {
 		}
 	}
 	return Rate{}, &ConfigError{Algorithm: "shaper", Field: "Rate", Value: v, Reason: "the store's contract record holds a malformed rate"}
-}
-
-// merge applies one change to rec as a store does: a record made for
-// another configured contract is replaced, and the version grows.
-func (rec *record) merge(identity, field, value string) {
-	if rec.identity != identity {
-		rec.identity, rec.fields = identity, nil
-	}
-	if rec.fields == nil {
-		rec.fields = map[string]string{}
-	}
-	rec.fields[field] = value
-	rec.version++
-}
-
-// parseRecord reads a record from a flat list of field, value pairs (Redis
-// HGETALL).
-func parseRecord(kv []string) (record, error) {
-	rec := record{fields: map[string]string{}}
-	if len(kv)%2 != 0 {
-		return record{}, fmt.Errorf("throttlekit: a contract record of %d items", len(kv))
-	}
-	for i := 0; i < len(kv); i += 2 {
-		switch k, v := kv[i], kv[i+1]; k {
-		case "version":
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				return record{}, fmt.Errorf("throttlekit: a contract record's version %q", v)
-			}
-			rec.version = n
-		case "identity":
-			rec.identity = v
-		default:
-			rec.fields[k] = v
-		}
-	}
-	return rec, nil
-}
-
-// memRecord is a MemoryStore's record for one prefix; its version is read
-// on every call of the shapers under the prefix.
-type memRecord struct {
-	ver atomic.Uint64
-	mu  sync.Mutex
-	rec record
-}
-
-// recordOf returns the record of prefix, creating an empty one.
-func (m *MemoryStore) recordOf(prefix string) *memRecord {
-	m.recMu.Lock()
-	defer m.recMu.Unlock()
-	if m.records == nil {
-		m.records = map[string]*memRecord{}
-	}
-	r, ok := m.records[prefix]
-	if !ok {
-		r = &memRecord{}
-		m.records[prefix] = r
-	}
-	return r
-}
-
-func (m *MemoryStore) recordVersion(prefix string) *atomic.Uint64 { return &m.recordOf(prefix).ver }
-
-func (m *MemoryStore) readContract(_ context.Context, prefix string) (record, error) {
-	r := m.recordOf(prefix)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.rec.clone(), nil
-}
-
-func (m *MemoryStore) writeContract(_ context.Context, prefix, identity, field, value string) (record, error) {
-	r := m.recordOf(prefix)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rec.merge(identity, field, value)
-	r.ver.Store(r.rec.version)
-	return r.rec.clone(), nil
-}
-
-// rebind gives d's namespace d's algorithm: the one every shard's keys of
-// the namespace are swept and judged idle by.
-func (m *MemoryStore) rebind(d *dim) (any, error) {
-	md := d.bound.(*memDim)
-	m.nsMu.Lock()
-	algs := slices.Clone(*m.algs.Load())
-	algs[md.ns] = d.alg
-	m.algs.Store(&algs)
-	m.nsMu.Unlock()
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.Lock()
-		if int(md.ns) < len(sh.spaces) && sh.spaces[md.ns] != nil {
-			sp := sh.spaces[md.ns]
-			sp.alg = d.alg
-			if sp.states.states != nil {
-				sp.states.alg = d.alg
-			}
-		}
-		sh.mu.Unlock()
-	}
-	return md, nil
-}
-
-// print returns rec's fields in one canonical string: two records with the
-// same version are the same change only if they print the same (a record
-// deleted from Redis by hand restarts its version at 1).
-func (rec record) print() string {
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(rec.fields)) {
-		fmt.Fprintf(&b, "%s=%s;", k, rec.fields[k])
-	}
-	return b.String()
-}
-
-// clone returns rec with its own fields.
-func (rec record) clone() record {
-	out := rec
-	out.fields = maps.Clone(rec.fields)
-	return out
-}
-
-// contractKey is the Redis key of prefix's live contract: the escaped
-// prefix and no hash tag, which no state key is (each has one).
-func contractKey(prefix string) string { return escape(prefix) + "contract" }
-
-func (r *RedisStore) readContract(ctx context.Context, prefix string) (record, error) {
-	if !r.health.isUp() {
-		return record{}, errJudgedDown
-	}
-	return r.contract(ctx, prefix)
-}
-
-func (r *RedisStore) writeContract(ctx context.Context, prefix, identity, field, value string) (record, error) {
-	rec, err := r.contract(ctx, prefix, identity, field, value)
-	if err != nil {
-		if e := callerDone(ctx); e != nil {
-			return record{}, e
-		}
-		return record{}, &StoreError{Op: "set_contract", Err: err}
-	}
-	return rec, nil
-}
-
-// contract runs lua.Contract on prefix's record: a read without args, a
-// change with them.
-func (r *RedisStore) contract(ctx context.Context, prefix string, args ...any) (record, error) {
-	var rec record
-	err := r.call(ctx, false, func(ctx context.Context) error {
-		kv, err := script.Contract.Run(ctx, r.client, []string{contractKey(prefix)}, args...).StringSlice()
-		if err != nil {
-			return err
-		}
-		rec, err = parseRecord(kv)
-		return err
-	})
-	return rec, err
-}
-
-// rebind formats d's parameters for the scripts, and gives FailLocal's twin
-// the new rate at the policy's share.
-func (r *RedisStore) rebind(d *dim) (any, error) {
-	old, rd := redisOf(d), newRedisDim(d)
-	if old.twin == nil {
-		return rd, nil
-	}
-	twin, err := r.atShare(d, *old.twin)
-	if err != nil {
-		return nil, err
-	}
-	if twin.bound, err = r.local.rebind(&twin); err != nil {
-		return nil, err
-	}
-	rd.twin = &twin
-	return rd, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 )
 
 // slotOf returns r's departure instant.
@@ -106,7 +107,7 @@ func TestAFleetStaysWithinTheMoreGenerousContractWhileAChangePropagates(t *testi
 		t.Run(kind, func(t *testing.T) {
 			clock := timer.NewFake(t0)
 			shaper := func() *Shaper {
-				s, err := New(NewRedisStore(c, WithClientClock(), WithRedisTimeout(slowMachine)), PerSecond(100), WithClock(clock),
+				s, err := New(redisstore.New(c, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine)), PerSecond(100), WithClock(clock),
 					WithName("propagate-"+kind), WithContractRefresh(0), WithMaxQueue(time.Minute))
 				if err != nil {
 					t.Fatal(err)

@@ -10,22 +10,29 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/internal/store"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 )
 
 // liveStores returns, per store kind, a maker of stores that share one
 // budget: memory (one store for the whole test, as shapers in one process
-// share it), a Redis node and the 3-master cluster (a new RedisStore per
+// share it), a Redis node and the 3-master cluster (a new redisstore.Store per
 // call, as each process of a fleet has its own).
 func liveStores(t *testing.T) map[string]func() Store {
 	t.Helper()
 	node, cluster := nodeAndCluster(t)
-	mem := NewMemoryStore(WithSweepInterval(0))
+	mem := memstore.New(memstore.WithSweepInterval(0))
 	t.Cleanup(func() { _ = mem.Close() })
 	return map[string]func() Store{
-		"memory":  func() Store { return mem },
-		"redis":   func() Store { return NewRedisStore(node, WithClientClock(), WithRedisTimeout(slowMachine)) },
-		"cluster": func() Store { return NewRedisStore(cluster, WithClientClock(), WithRedisTimeout(slowMachine)) },
+		"memory": func() Store { return mem },
+		"redis": func() Store {
+			return redisstore.New(node, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine))
+		},
+		"cluster": func() Store {
+			return redisstore.New(cluster, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine))
+		},
 	}
 }
 
@@ -169,7 +176,7 @@ func TestAFleetFollowsALiveChange(t *testing.T) {
 			clock := timer.NewFake(t0)
 			name := "fleet-follows-" + kind
 			process := func(rate Rate) *Shaper {
-				s, err := New(NewRedisStore(client, WithClientClock(), WithRedisTimeout(slowMachine)), rate, WithClock(clock), WithName(name), WithMaxQueue(time.Minute))
+				s, err := New(redisstore.New(client, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine)), rate, WithClock(clock), WithName(name), WithMaxQueue(time.Minute))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -225,7 +232,7 @@ func TestAFleetFollowsALiveChange(t *testing.T) {
 		})
 	}
 	t.Run("memory", func(t *testing.T) {
-		store := NewMemoryStore(WithSweepInterval(0))
+		store := memstore.New(memstore.WithSweepInterval(0))
 		defer store.Close()
 		a, err := New(store, PerSecond(10), WithName("mem-fleet"))
 		if err != nil {
@@ -317,8 +324,8 @@ func TestLiveChangesRefuseBadInput(t *testing.T) {
 					t.Errorf("%s: %v, want %v", c.name, c.err, c.is)
 				}
 			}
-			rec, err := s.store.readContract(bg, s.cfg.prefix)
-			if err != nil || rec.version != 0 {
+			rec, err := s.store.ReadContract(bg, s.cfg.prefix)
+			if err != nil || rec.Version != 0 {
 				t.Fatalf("a refused change was recorded: %+v, %v", rec, err)
 			}
 			if r, _ := s.Rate("tokens"); r != PerSecond(1000).WithBurst(1000) {
@@ -331,15 +338,15 @@ func TestLiveChangesRefuseBadInput(t *testing.T) {
 	}
 }
 
-// A RedisStore that cannot record a change fails it with a *StoreError,
+// A redisstore.Store that cannot record a change fails it with a *redisstore.Error,
 // whatever its failure policy (a change the fleet would not see is not
 // made), and the shaper keeps its contract.
 func TestSetRateNeedsTheStore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client()
-	for _, p := range []FailurePolicy{FailClosed, FailOpen, FailLocal(0.5)} {
-		store := NewRedisStore(c, WithFailurePolicy(p), WithRedisTimeout(200*time.Millisecond))
+	for _, p := range []redisstore.FailurePolicy{redisstore.FailClosed, redisstore.FailOpen, redisstore.FailLocal(0.5)} {
+		store := redisstore.New(c, redisstore.WithFailurePolicy(p), redisstore.WithTimeout(200*time.Millisecond))
 		defer store.Close()
 		s, err := New(store, PerSecond(10), WithName("set-down"))
 		if err != nil {
@@ -349,9 +356,9 @@ func TestSetRateNeedsTheStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = s.SetRate(bg, "", PerSecond(1))
-		var se *StoreError
+		var se *redisstore.Error
 		if !errors.As(err, &se) || !strings.Contains(err.Error(), "WRONGTYPE") {
-			t.Fatalf("%v: SetRate over a foreign record: %v, want a *StoreError", p, err)
+			t.Fatalf("%v: SetRate over a foreign record: %v, want a *redisstore.Error", p, err)
 		}
 		if r, _ := s.Rate(""); r != PerSecond(10) {
 			t.Fatalf("%v: the rate changed to %v", p, r)
@@ -371,12 +378,12 @@ func FuzzContractRecord(f *testing.F) {
 	f.Add("version", "-1", "rate:", "0 0 0", "maxqueue", "x", "a", "b")
 	f.Add("version", "1", "rate:", "10 -5 1", "maxqueue", "-1", "", "")
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3, k4, v4 string) {
-		rec, err := parseRecord([]string{k1, v1, k2, v2, k3, v3, k4, v4})
+		rec, err := store.ParseRecord([]string{k1, v1, k2, v2, k3, v3, k4, v4})
 		if err != nil {
 			return
 		}
 		s, _, _ := newTest(t, PerSecond(10))
-		rec.identity = s.identity
+		rec.Identity = s.identity
 		s.mu.Lock()
 		_ = s.adopt(rec)
 		s.mu.Unlock()

@@ -5,16 +5,19 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 )
 
 // Wrong arguments give typed errors, never panics, and write nothing: a
 // typed nil store behind the Store interface (New(nil) always gave a
-// ConfigError; New((*MemoryStore)(nil)) panicked), a Route whose pick
+// ConfigError; New((*memstore.Store)(nil)) panicked), a Route whose pick
 // returns a nil *Shaper (a missed map lookup), methods of a nil *Shaper, and
 // Reset with a done ctx (it used to erase the key).
 func TestWrongArgumentsAreTypedErrorsAndWriteNothing(t *testing.T) {
 	t.Parallel()
-	for _, store := range []Store{nil, (*MemoryStore)(nil), (*RedisStore)(nil)} {
+	for _, store := range []Store{nil, (*memstore.Store)(nil), (*redisstore.Store)(nil)} {
 		if _, err := New(store, PerSecond(1)); !errors.Is(err, ErrInvalidConfig) {
 			t.Fatalf("New(%#v): %v, want a *ConfigError", store, err)
 		}

@@ -3,6 +3,8 @@ package shaper
 import (
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttlekit-go/memstore"
 )
 
 // A reservation refunds at most once, only its own slot, and nothing once
@@ -21,7 +23,7 @@ func TestAReservationRefundsOnceOnlyItsOwnSlot(t *testing.T) {
 		},
 		"two dimensions": func(t *testing.T) (*Shaper, interface{ Advance(time.Duration) }) {
 			clock := newFakeAt(t0)
-			s, err := All(NewMemoryStore(WithSweepInterval(0)), []Dimension{
+			s, err := All(memstore.New(memstore.WithSweepInterval(0)), []Dimension{
 				{Name: "requests", Rate: PerSecond(10)},
 				{Name: "account", Rate: PerSecond(1000).WithBurst(1000), Key: func(string) string { return "acct" }},
 			}, WithClock(clock))

@@ -61,9 +61,7 @@ func (r *router) Acquire(ctx context.Context, key string, cost int64) (Reservati
 	if err != nil {
 		return Reservation{}, err
 	}
-	if a, ok := to.(interface {
-		Acquire(context.Context, string, int64) (Reservation, error)
-	}); ok {
+	if a, ok := to.(Acquirer); ok {
 		return a.Acquire(ctx, key, cost)
 	}
 	return Reservation{}, to.Wait(ctx, key, cost)

@@ -15,6 +15,8 @@ import (
 	"github.com/throttlekit/throttlekit-go/internal/conform"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 )
 
 // segment is the departures of the reservations granted under one
@@ -199,19 +201,26 @@ func settleStores(t *testing.T) map[string]func() Store {
 	// that reason alone.
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRetries: -1})
 	t.Cleanup(func() { _ = cluster.Close() })
+	// Every other store sends each reservation through the batch script, as
+	// coalesced reservations go (redisstore's tests cover batches of many):
+	// the stores of one client are used one after another, so its hook
+	// is switched as each is made.
+	batched := map[redis.UniversalClient]*batchOfOne{node: newBatchOfOne(node), cluster: newBatchOfOne(cluster)}
+	t.Cleanup(func() {
+		if batched[node].sent.Load()+batched[cluster].sent.Load() == 0 && !t.Failed() {
+			t.Error("no reservation went through the batch script")
+		}
+	})
 	timeless(node)
 	timeless(cluster)
-	// Every other store sends each reservation through the batch script, as
-	// coalesced reservations go (TestRedisBatchesDecideAsOneCallEach covers
-	// batches of many).
 	var made atomic.Int32
 	onRedis := func(c redis.UniversalClient) Store {
-		rs := NewRedisStore(c, WithClientClock(), WithRedisTimeout(slowMachine))
-		rs.lanes.batched = made.Add(1)%2 == 0
+		rs := redisstore.New(c, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine))
+		batched[c].on.Store(made.Add(1)%2 == 0)
 		return rs
 	}
 	stores := map[string]func() Store{
-		"memory":  func() Store { return NewMemoryStore(WithSweepInterval(0)) },
+		"memory":  func() Store { return memstore.New(memstore.WithSweepInterval(0)) },
 		"redis":   func() Store { return onRedis(node) },
 		"cluster": func() Store { return onRedis(cluster) },
 	}
@@ -264,8 +273,10 @@ func TestADeadlineRefusalHoldsNothing(t *testing.T) {
 	t.Parallel()
 	_, node := redisClient(t)
 	for name, mk := range map[string]func() Store{
-		"memory": func() Store { return NewMemoryStore(WithSweepInterval(0)) },
-		"redis":  func() Store { return NewRedisStore(node, WithClientClock(), WithRedisTimeout(slowMachine)) },
+		"memory": func() Store { return memstore.New(memstore.WithSweepInterval(0)) },
+		"redis": func() Store {
+			return redisstore.New(node, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine))
+		},
 	} {
 		for _, multi := range []bool{false, true} {
 			clock := timer.NewFake(time.Now())
@@ -302,12 +313,12 @@ func TestADeadlineRefusalHoldsNothing(t *testing.T) {
 }
 
 // A key's Ledger keys holding what the library did not write fail that
-// key's calls alone, with a *StateError, and are not overwritten: on a
+// key's calls alone, with a *redisstore.StateError, and are not overwritten: on a
 // shaper of one contract and on two dimensions, for Reserve and Settle.
 func TestRedisACorruptLedgerFailsThatCallAlone(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
-	store := NewRedisStore(c, WithFailurePolicy(FailOpen))
+	store := redisstore.New(c, redisstore.WithFailurePolicy(redisstore.FailOpen))
 	t.Cleanup(func() { _ = store.Close() })
 	one, err := New(store, PerSecond(10), WithName("ledger-one"))
 	if err != nil {
@@ -326,9 +337,9 @@ func TestRedisACorruptLedgerFailsThatCallAlone(t *testing.T) {
 		if err := c.Set(bg, ledger, "not a ledger", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		var se *StateError
+		var se *redisstore.StateError
 		if _, err := s.Reserve(bg, "k", 1); !errors.As(err, &se) || !errors.Is(err, ErrInvalidState) {
-			t.Fatalf("Reserve over a corrupt ledger: %v, want a *StateError", err)
+			t.Fatalf("Reserve over a corrupt ledger: %v, want a *redisstore.StateError", err)
 		}
 		if err := r.Settle(bg, 1); !errors.Is(err, ErrInvalidState) {
 			t.Fatalf("Settle over a corrupt ledger: %v, want ErrInvalidState", err)
@@ -354,9 +365,9 @@ func TestSettlingMoreChargesEveryAlgorithm(t *testing.T) {
 	for _, alg := range []Algorithm{TokenBucket, FixedWindow, SlidingWindow, SlidingWindowLog, Quota(Daily(0))} {
 		var want []string
 		for _, st := range []string{"memory", "redis"} {
-			var store Store = NewMemoryStore(WithSweepInterval(0))
+			var store Store = memstore.New(memstore.WithSweepInterval(0))
 			if st == "redis" {
-				store = NewRedisStore(node, WithClientClock(), WithRedisTimeout(slowMachine))
+				store = redisstore.New(node, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine))
 			}
 			clock := timer.NewFake(t0.Add(time.Hour))
 			rate := PerSecond(10).WithBurst(10)

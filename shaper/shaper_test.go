@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttlekit-go/memstore"
 )
 
 func TestReserveGivesSlotsAndRefusesPastMaxQueue(t *testing.T) {
@@ -264,7 +266,7 @@ func TestBadInputIsTypedAndWritesNothing(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
-	store := NewMemoryStore(WithSweepInterval(0))
+	store := memstore.New(memstore.WithSweepInterval(0))
 	for name, c := range map[string]struct {
 		store Store
 		rate  Rate
@@ -296,7 +298,7 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := All(store, []Dimension{{Name: "a", Rate: PerSecond(1)}, {Name: "a", Rate: PerSecond(1)}}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("duplicate names: %v", err)
 	}
-	bad := NewMemoryStore(WithMaxKeys(-1))
+	bad := memstore.New(memstore.WithMaxKeys(-1))
 	if _, err := New(bad, PerSecond(1)); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("store with MaxKeys -1: %v", err)
 	}
@@ -307,7 +309,7 @@ func TestConfigErrors(t *testing.T) {
 
 func TestSharedPrefixNeedsTheSameConfiguration(t *testing.T) {
 	t.Parallel()
-	store := NewMemoryStore(WithSweepInterval(0))
+	store := memstore.New(memstore.WithSweepInterval(0))
 	a, err := New(store, PerSecond(10), WithName("api"))
 	if err != nil {
 		t.Fatal(err)

@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/gcra"
+	"github.com/throttlekit/throttlekit-go/internal/store"
 )
 
 // Status is a key's standing, read without consuming anything (see
@@ -17,16 +17,11 @@ import (
 // style headers and logs.
 type Status struct {
 	// Remaining is how many units could depart at once, in the binding
-	// dimension's units (0 while the key is paused or has a queue). While
-	// a partner's clamp holds a key the request departs on (Shaper.Clamp),
-	// only one request departs per slot: Remaining is then at most 1 (one
-	// request of one unit) once the slot has come, and 0 before it, as
-	// many as calls of cost 1 made at once would get through.
+	// dimension's units (0 while the key is paused or has a queue; at most
+	// 1 while a partner's clamp holds it, 0 before the clamp's next slot).
 	Remaining int64
-	// Next is the earliest instant a request of the cost asked about could
-	// depart, on the shaper's clock (the instant of the read when at once).
-	// With the leaky bucket, Reserve grants it while it is at most MaxQueue
-	// away; the other algorithms admit it from then on.
+	// Next is the earliest instant a request of the cost could depart, on
+	// the shaper's clock (the read's instant when at once).
 	Next time.Time
 	// ResetAt is when the key is back to cold: every dimension's state
 	// forgotten and any pause over, the whole burst available.
@@ -36,10 +31,8 @@ type Status struct {
 	// come, that slot; zero when it is not paused.
 	PausedUntil time.Time
 	// Binding names the dimension that sets Next and Remaining: the one the
-	// request would wait for longest; when none makes it wait, the one with
-	// the fewest requests of its cost left (Reservation.Remaining follows
-	// the same rule). "pause" for a pause (or a clamp's next slot); "" for
-	// a shaper of one contract.
+	// request would wait for longest, else the one with the fewest requests
+	// left; "pause" for a pause or a clamp's slot, "" for one contract.
 	Binding string
 	// Dimensions holds every dimension's own figures, in name order (one,
 	// named "", for a shaper of one contract).
@@ -60,7 +53,7 @@ type DimensionStatus struct {
 // request could depart, and when the key is back to cold, per dimension,
 // with the binding one named. On Redis it is one read-only script call, on
 // Redis TIME; while Redis is down FailLocal answers from its local store
-// and the other policies return a *StoreError. Costs are checked as
+// and the other policies fail (ErrStoreUnavailable). Costs are checked as
 // Reserve checks them.
 //
 // A partner's clamp (Shaper.Clamp) counts as the calls would find it:
@@ -87,7 +80,7 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 	if err != nil {
 		return Status{}, err
 	}
-	q := &query{keyset: ks, algs: make([]algorithms.Algorithm, len(c.dims)), costs: make([]int64, len(c.dims)), now: algorithms.Millis(now), any: s.any}
+	q := &store.Query{KeySet: ks, Algs: make([]algorithms.Algorithm, len(c.dims)), Costs: make([]int64, len(c.dims)), Now: algorithms.Millis(now), Any: s.any}
 	var refused error // Any: the first cost a dimension could never admit
 	for i, d := range c.dims {
 		n, err := mapCost(d, key, cost)
@@ -95,7 +88,7 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 			return Status{}, err
 		}
 		if n > 0 {
-			never, err := s.admissible(d, d.alg, ks.keys[i], n)
+			never, err := s.admissible(d, d.Alg, ks.Keys[i], n)
 			if err != nil {
 				return Status{}, err
 			}
@@ -103,13 +96,13 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 				refused, n = cmp.Or(refused, never), 0
 			}
 		}
-		q.algs[i], q.costs[i] = d.alg, n
+		q.Algs[i], q.Costs[i] = d.Alg, n
 	}
-	if refused != nil && !slices.ContainsFunc(q.costs, func(c int64) bool { return c > 0 }) {
+	if refused != nil && !slices.ContainsFunc(q.Costs, func(c int64) bool { return c > 0 }) {
 		return Status{}, refused
 	}
 	st := startStore(ctx)
-	err = s.store.status(ctx, q)
+	err = s.store.Status(ctx, q)
 	st.done("status", err)
 	if err != nil {
 		return Status{}, err
@@ -120,74 +113,28 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 	// is (an instant in ms since the epoch carries a quarter-µs rounding).
 	anchor := s.anchor(now, false)
 	after := func(ms float64) time.Time { return anchor.Add(algorithms.Duration(ms)) }
-	out := Status{Dimensions: make([]DimensionStatus, len(c.dims)), ResetAt: after(q.until - q.at)}
+	out := Status{Dimensions: make([]DimensionStatus, len(c.dims)), ResetAt: after(q.Until - q.At)}
 	for i, d := range c.dims {
-		f := q.figures[i]
-		ds := DimensionStatus{Name: d.name, Key: ks.keys[i], Remaining: gcra.Units(f.Remaining), Next: after(f.Delay), ResetAt: after(f.Reset)}
+		f := q.Figures[i]
+		ds := DimensionStatus{Name: d.Name, Key: ks.Keys[i], Remaining: gcra.Units(f.Remaining), Next: after(f.Delay), ResetAt: after(f.Reset)}
 		out.Dimensions[i] = ds
 		if ds.ResetAt.After(out.ResetAt) {
 			out.ResetAt = ds.ResetAt
 		}
 	}
-	if q.until > q.at {
-		out.PausedUntil = after(q.until - q.at)
+	if q.Until > q.At {
+		out.PausedUntil = after(q.Until - q.At)
 	}
-	if q.binding < 0 {
-		out.Binding, out.Next = "pause", after(q.until-q.at)
+	if q.Binding < 0 {
+		out.Binding, out.Next = "pause", after(q.Until-q.At)
 		return out, nil
 	}
-	b := out.Dimensions[q.binding]
+	b := out.Dimensions[q.Binding]
 	out.Binding, out.Remaining, out.Next = b.Name, b.Remaining, b.Next
 	if !out.PausedUntil.IsZero() { // paused, if for less time than the request waits anyway
 		out.Remaining = 0
 	}
 	return out, nil
-}
-
-// clampFigures bounds the figures of a status read at now by the partners'
-// clamps in force on its keys (see Status), as lua/status.lua does, bit
-// for bit. ends[i] is the reset of the clamp holding dimension i's key (0:
-// none); until is the store's floor (the latest pause's end or clamp's
-// slot; now when none). A clamped key is not cold before its reset. A
-// request that departs on a clamped key before its reset moves the clamp's
-// next slot past now, so no second one departs at once: then every
-// dimension the request departs on has at most 1 remaining (when the slot
-// comes is the floor's business). A request departs on every dimension of
-// its cost; under Any, only on those whose delay is within its wait, the
-// later of the soonest delay and the floor (algorithms.AnyWithin commits
-// those alone, and moves only their clamps).
-func clampFigures(figs []algorithms.Standing, costs []int64, ends []float64, now, until float64, anyMode bool) {
-	wait := math.Inf(1) // every dimension of the request departs
-	if anyMode {
-		for i, c := range costs {
-			if c != 0 && figs[i].Delay < wait {
-				wait = figs[i].Delay
-			}
-		}
-		if until-now > wait {
-			wait = until - now
-		}
-	}
-	held := false
-	for i, end := range ends {
-		if end == 0 {
-			continue
-		}
-		if r := end - now; r > figs[i].Reset {
-			figs[i].Reset = r
-		}
-		if costs[i] != 0 && figs[i].Delay <= wait {
-			held = true
-		}
-	}
-	if !held {
-		return
-	}
-	for i, c := range costs {
-		if c != 0 && figs[i].Delay <= wait && figs[i].Remaining > 1 {
-			figs[i].Remaining = 1
-		}
-	}
 }
 
 // Status reports the standing of key on the Reserver it routes to (see
@@ -197,9 +144,7 @@ func (r *router) Status(ctx context.Context, key string, cost int64) (Status, er
 	if err != nil {
 		return Status{}, err
 	}
-	if st, ok := to.(interface {
-		Status(context.Context, string, int64) (Status, error)
-	}); ok {
+	if st, ok := to.(StatusReader); ok {
 		return st.Status(ctx, key, cost)
 	}
 	return Status{}, &ConfigError{Algorithm: "route", Field: "pick", Value: fmt.Sprintf("%T", to), Reason: "the Reserver picked for the key has no Status method"}

@@ -7,12 +7,16 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/store"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 )
 
 // statusText renders st with instants relative to now.
@@ -66,7 +70,7 @@ func probeStatus(t *testing.T, s *Shaper, clock *timer.Fake, key string, cost in
 	if len(s.cur.Load().dims) == 1 && st.Binding == "" && st.Remaining > 0 && st.Remaining <= 1<<20 {
 		at, err := s.Status(bg, key, st.Remaining)
 		if err == nil && !at.Next.Equal(now) {
-			t.Fatalf("%s: Status says %d remain, but a request of %d departs at +%v", s.cur.Load().dims[0].alg.Name(), st.Remaining, st.Remaining, at.Next.Sub(now))
+			t.Fatalf("%s: Status says %d remain, but a request of %d departs at +%v", s.cur.Load().dims[0].Alg.Name(), st.Remaining, st.Remaining, at.Next.Sub(now))
 		}
 		// Under a partner's clamp one request departs per slot, whatever
 		// its cost: Remaining counts requests of one unit (at most 1), and
@@ -80,45 +84,73 @@ func probeStatus(t *testing.T, s *Shaper, clock *timer.Fake, key string, cost in
 }
 
 // clampHolds reports whether a partner's clamp (Shaper.Clamp) holds one of
-// key's dimension keys at the shaper's now, read from the store itself (a
-// MemoryStore, or a RedisStore's K:k keys).
+// key's dimension keys at the shaper's now, as the clamps s set in its
+// store say (see watchClamps, which s must run under).
 func clampHolds(t *testing.T, s *Shaper, key string) bool {
 	t.Helper()
+	w, ok := s.store.(*clampWatch)
+	if !ok {
+		t.Fatalf("clampHolds: the shaper's store (%T) is not watched (watchClamps)", s.store)
+	}
 	ks, err := s.keysOf(s.cur.Load(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := algorithms.Millis(s.cfg.clock.Now())
-	switch st := s.store.(type) {
-	case *MemoryStore:
-		held := false
-		st.each(ks, func(_ *memShard, sp *memSpace, _ *dim, i int) {
-			if c, ok := sp.clamps[ks.keys[i]]; ok && now < c.end {
-				held = true
-			}
-		})
-		return held
-	case *RedisStore:
-		all := redisKeys(ks)
-		for i := range ks.dims {
-			raw, err := st.client.Get(bg, all[2*i]+":k").Result()
-			if errors.Is(err, redis.Nil) {
-				continue
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var next, interval, end float64
-			if _, err := fmt.Sscanf(raw, "%g %g %g", &next, &interval, &end); err != nil {
-				t.Fatalf("clamp key %q: %v", raw, err)
-			}
-			if now < end {
-				return true
-			}
-		}
-		return false
+	return w.holds(ks, algorithms.Millis(s.cfg.clock.Now()))
+}
+
+// clampWatch is a shaper's store seen through the calls the shaper makes
+// (package shaper cannot read a store's own state): it records the
+// partners' clamps the shaper sets on keys (Backend.Clamp: each key's
+// clamp ends span after now, whatever was before) and forgets them when it
+// resets a key (Backend.Reset), as both stores do. Every other call passes
+// unchanged; the single-key branch (Shaper.one) is not affected.
+type clampWatch struct {
+	store.Backend
+	mu   sync.Mutex
+	ends map[string]float64 // dimension namespace + "\x00" + key: the end of its clamp, ms
+}
+
+// watchClamps makes s's store a clampWatch (once), before s is used.
+func watchClamps(s *Shaper) {
+	if _, ok := s.store.(*clampWatch); !ok {
+		s.store = &clampWatch{Backend: s.store, ends: map[string]float64{}}
 	}
-	t.Fatalf("clampHolds: a store of type %T", s.store)
+}
+
+func (w *clampWatch) Clamp(ctx context.Context, ks store.KeySet, now, interval, span float64) error {
+	err := w.Backend.Clamp(ctx, ks, now, interval, span)
+	if err == nil {
+		w.mu.Lock()
+		for i, d := range ks.Dims {
+			w.ends[d.Prefix+"\x00"+ks.Keys[i]] = now + span
+		}
+		w.mu.Unlock()
+	}
+	return err
+}
+
+func (w *clampWatch) Reset(ctx context.Context, ks store.KeySet) error {
+	err := w.Backend.Reset(ctx, ks)
+	if err == nil {
+		w.mu.Lock()
+		for i, d := range ks.Dims {
+			delete(w.ends, d.Prefix+"\x00"+ks.Keys[i])
+		}
+		w.mu.Unlock()
+	}
+	return err
+}
+
+// holds reports whether a clamp holds one of ks's keys at now.
+func (w *clampWatch) holds(ks store.KeySet, now float64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, d := range ks.Dims {
+		if end, ok := w.ends[d.Prefix+"\x00"+ks.Keys[i]]; ok && now < end {
+			return true
+		}
+	}
 	return false
 }
 
@@ -177,9 +209,9 @@ func TestStatusConsumesNothing(t *testing.T) {
 			run := func(probe bool) []string {
 				clock := timer.NewFake(t0)
 				prefix := fmt.Sprintf("nothing%d%v:", i, probe)
-				var store Store = NewMemoryStore(WithSweepInterval(0))
+				var store Store = memstore.New(memstore.WithSweepInterval(0))
 				if st.client != nil {
-					store = NewRedisStore(st.client, WithClientClock(), WithRedisTimeout(slowMachine))
+					store = redisstore.New(st.client, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine))
 				}
 				s, err := sc.make(store, clock, prefix)
 				if err != nil {
@@ -208,7 +240,7 @@ func TestStatusConsumesNothing(t *testing.T) {
 func TestRedisStatusIsOneReadOnlyCall(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
-	s, err := All(NewRedisStore(c, WithRedisTimeout(slowMachine)), []Dimension{
+	s, err := All(redisstore.New(c, redisstore.WithTimeout(slowMachine)), []Dimension{
 		{Name: "requests", Rate: PerSecond(5), Cost: func(int64) int64 { return 1 }},
 		{Name: "tokens", Rate: PerSecond(1000).WithBurst(2000)},
 	}, WithPrefix("ro:"), WithContractRefresh(0)) // no contract reads: only Status's calls are counted

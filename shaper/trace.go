@@ -28,10 +28,3 @@ func (st storeTimer) done(op string, err error) {
 		st.t.StoreDone(st.ctx, op, time.Since(st.start), err)
 	}
 }
-
-// traceDegraded reports one use of the failure policy to ctx's trace.
-func traceDegraded(ctx context.Context, op string) {
-	if t := trace.From(ctx); t != nil && t.Degraded != nil {
-		t.Degraded(ctx, op)
-	}
-}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"time"
 
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -22,7 +23,7 @@ func Example() {
 	}))
 	defer partner.Close()
 
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	s, err := shaper.New(store, shaper.PerSecond(50))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -37,7 +38,7 @@ func TestRetryAfterReachesTheFleetThroughRedis(t *testing.T) {
 	redisSrv := redistest.Start(t)
 	var clients []*http.Client
 	for range 2 { // two processes: separate stores and shapers, one Redis
-		s, err := shaper.New(shaper.NewRedisStore(redisSrv.Client(), shaper.WithRedisTimeout(10*time.Second)), shaper.PerSecond(50), shaper.WithName("fleet"))
+		s, err := shaper.New(redisstore.New(redisSrv.Client(), redisstore.WithTimeout(10*time.Second)), shaper.PerSecond(50), shaper.WithName("fleet"))
 		if err != nil {
 			t.Fatal(err)
 		}

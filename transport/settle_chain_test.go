@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttlekit/throttlekit-go/otel"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/otelshaper"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/shaper/shapertest"
 )
@@ -42,20 +43,20 @@ var chains = []struct {
 }{
 	{"bare", func(r shaper.Reserver) shaper.Reserver { return r }},
 	{"Route", route},
-	{"otel.Wrap", wrapOtel},
+	{"otelshaper.Wrap", wrapOtel},
 	{"Route/Route", func(r shaper.Reserver) shaper.Reserver { return route(route(r)) }},
-	{"otel.Wrap/otel.Wrap", func(r shaper.Reserver) shaper.Reserver { return wrapOtel(wrapOtel(r)) }},
-	{"Route/otel.Wrap", func(r shaper.Reserver) shaper.Reserver { return route(wrapOtel(r)) }},
-	{"otel.Wrap/Route", func(r shaper.Reserver) shaper.Reserver { return wrapOtel(route(r)) }},
-	{"Route/otel.Wrap/Route", func(r shaper.Reserver) shaper.Reserver { return route(wrapOtel(route(r))) }},
-	{"otel.Wrap/Route/otel.Wrap", func(r shaper.Reserver) shaper.Reserver { return wrapOtel(route(wrapOtel(r))) }},
+	{"otelshaper.Wrap/otelshaper.Wrap", func(r shaper.Reserver) shaper.Reserver { return wrapOtel(wrapOtel(r)) }},
+	{"Route/otelshaper.Wrap", func(r shaper.Reserver) shaper.Reserver { return route(wrapOtel(r)) }},
+	{"otelshaper.Wrap/Route", func(r shaper.Reserver) shaper.Reserver { return wrapOtel(route(r)) }},
+	{"Route/otelshaper.Wrap/Route", func(r shaper.Reserver) shaper.Reserver { return route(wrapOtel(route(r))) }},
+	{"otelshaper.Wrap/Route/otelshaper.Wrap", func(r shaper.Reserver) shaper.Reserver { return wrapOtel(route(wrapOtel(r))) }},
 }
 
 func route(r shaper.Reserver) shaper.Reserver {
 	return shaper.Route(func(string) shaper.Reserver { return r })
 }
 
-func wrapOtel(r shaper.Reserver) shaper.Reserver { return otel.Wrap(r) }
+func wrapOtel(r shaper.Reserver) shaper.Reserver { return otelshaper.Wrap(r) }
 
 // tokensAPI answers every call with 200 OK.
 func tokensAPI(t *testing.T) *httptest.Server {
@@ -68,7 +69,7 @@ func tokensAPI(t *testing.T) *httptest.Server {
 // and a fake clock that never moves: a delay is the schedule's, not time's.
 func chainShaper(t *testing.T) *shaper.Shaper {
 	t.Helper()
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	t.Cleanup(func() { _ = store.Close() })
 	clock := shapertest.NewClock(time.Unix(1_800_000_000, 0))
 	s, err := shaper.New(store, shaper.PerSecond(1000).WithBurst(1000), shaper.WithClock(clock))
@@ -111,7 +112,7 @@ func next(t *testing.T, s *shaper.Shaper, cost int64) time.Duration {
 	return r.Delay
 }
 
-// Settle through any chain of Route and otel.Wrap over a *shaper.Shaper
+// Settle through any chain of Route and otelshaper.Wrap over a *shaper.Shaper
 // settles the shaper's reservation: less gives the rest back, more is
 // charged. Over a Reserver without Acquire, the chain only waits: Settle
 // fails with a *shaper.ConfigError and the schedule is untouched.

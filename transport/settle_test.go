@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttlekit/throttlekit-go/otel"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/otelshaper"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/shaper/shapertest"
 )
@@ -28,17 +29,17 @@ func usageAPI(t *testing.T) *httptest.Server {
 
 // A caller reserves its estimate through WithCost, reads the usage from the
 // body and settles: what it did not use goes back to the key, through
-// Route and otel.Wrap as well; a response that did not come through a
+// Route and otelshaper.Wrap as well; a response that did not come through a
 // Transport says so with a *shaper.ConfigError.
 func TestSettleGivesBackWhatTheCallDidNotUse(t *testing.T) {
 	srv := usageAPI(t)
 	clock := shapertest.NewClock(time.Unix(1_800_000_000, 0))
 	for name, wrap := range map[string]func(*shaper.Shaper) shaper.Reserver{
-		"shaper":    func(s *shaper.Shaper) shaper.Reserver { return s },
-		"route":     func(s *shaper.Shaper) shaper.Reserver { return shaper.Route(func(string) shaper.Reserver { return s }) },
-		"otel.Wrap": func(s *shaper.Shaper) shaper.Reserver { return otel.Wrap(s) },
+		"shaper":          func(s *shaper.Shaper) shaper.Reserver { return s },
+		"route":           func(s *shaper.Shaper) shaper.Reserver { return shaper.Route(func(string) shaper.Reserver { return s }) },
+		"otelshaper.Wrap": func(s *shaper.Shaper) shaper.Reserver { return otelshaper.Wrap(s) },
 	} {
-		store := shaper.NewMemoryStore()
+		store := memstore.New()
 		t.Cleanup(func() { _ = store.Close() })
 		// 1,000 tokens/s, burst 1,000: a call reserving 800 leaves room for
 		// no second one, unless it settles.
@@ -71,8 +72,8 @@ func TestSettleGivesBackWhatTheCallDidNotUse(t *testing.T) {
 		if r.Delay != 0 {
 			t.Fatalf("%s: after settling 200 of 800 the next 800 waits %v, want 0", name, r.Delay)
 		}
-		if err := Settle(context.Background(), resp, 0); err != nil { // a second settle does nothing
-			t.Fatal(err)
+		if err := Settle(context.Background(), resp, 0); !errors.Is(err, shaper.ErrSettled) { // a second settle records nothing
+			t.Fatalf("%s: a second Settle returned %v, want shaper.ErrSettled", name, err)
 		}
 		if r2, _ := s.Reserve(context.Background(), "account", 1); r2.Delay != time.Millisecond {
 			t.Fatalf("%s: a second Settle changed the schedule: the next unit waits %v, want 1ms", name, r2.Delay)

@@ -121,7 +121,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if res != nil { // the request carries its reservation, for Settle
-		// The zero Reservation is no shaper's grant: Route or otel.Wrap over a
+		// The zero Reservation is no shaper's grant: Route or otelshaper.Wrap over a
 		// Reserver without Acquire waited and had none to return. Settle
 		// reports it rather than settle nothing.
 		req = req.WithContext(context.WithValue(ctx, ticketKey{}, &ticket{r: *res, none: *res == shaper.Reservation{}}))
@@ -136,16 +136,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// acquirer is a Reserver that returns the reservation a request departs on
-// (shaper.Shaper.Acquire; Route's and otel.Wrap's Reservers forward it, and
-// return the zero Reservation when the Reserver they decorate has no
-// Acquire: a shaper's grant is never the zero Reservation).
-type acquirer interface {
-	Acquire(ctx context.Context, key string, cost int64) (shaper.Reservation, error)
-}
-
 // wait reserves the slot and sleeps until it, within WithMaxWait. It
-// returns the reservation when the Reserver tells it (see acquirer).
+// returns the reservation when the Reserver tells it (see shaper.Acquirer).
 func (t *Transport) wait(ctx context.Context, key string, cost int64) (*shaper.Reservation, error) {
 	if t.maxWait <= 0 {
 		return t.acquire(ctx, key, cost)
@@ -167,7 +159,7 @@ func (t *Transport) wait(ctx context.Context, key string, cost int64) (*shaper.R
 }
 
 func (t *Transport) acquire(ctx context.Context, key string, cost int64) (*shaper.Reservation, error) {
-	a, ok := t.r.(acquirer)
+	a, ok := t.r.(shaper.Acquirer)
 	if !ok {
 		return nil, t.r.Wait(ctx, key, cost)
 	}
@@ -194,10 +186,11 @@ type ticket struct {
 // shaper.Reservation.Settle: less gives the difference back, more is
 // charged). With go-retryablehttp it settles the last attempt's. A response
 // that did not come through a Transport whose Reserver returns its
-// reservations (a *shaper.Shaper, or Route and otel.Wrap over one, however
+// reservations (a *shaper.Shaper, or Route and otelshaper.Wrap over one, however
 // nested) fails with a *shaper.ConfigError, and so does one whose Reserver
-// only waited: Route or otel.Wrap over a Reserver without an Acquire method
-// have no reservation to settle. A reservation is settled once.
+// only waited: Route or otelshaper.Wrap over a Reserver without an Acquire method
+// have no reservation to settle. A reservation is settled once: settling it
+// again returns shaper.ErrSettled.
 func Settle(ctx context.Context, resp *http.Response, actual int64) error {
 	var tk *ticket
 	if resp != nil && resp.Request != nil {
@@ -209,7 +202,7 @@ func Settle(ctx context.Context, resp *http.Response, actual int64) error {
 	}
 	if tk.none {
 		return &shaper.ConfigError{Algorithm: "transport", Field: "Settle", Value: nil,
-			Reason: "the Transport's Reserver returned no reservation to settle (Route or otel.Wrap over a Reserver without an Acquire method only wait)"}
+			Reason: "the Transport's Reserver returned no reservation to settle (Route or otelshaper.Wrap over a Reserver without an Acquire method only wait)"}
 	}
 	tk.mu.Lock()
 	defer tk.mu.Unlock()
@@ -236,16 +229,10 @@ func (t *Transport) learn(ctx context.Context, key string, resp *http.Response) 
 	// Calls left, but fewer than the contract would send before the reset:
 	// the fleet spreads them over it (see shaper.Shaper.Clamp).
 	if n, reset, ok := RateLimitRemaining(resp.Header, now); ok {
-		if c, ok := t.r.(clamper); ok {
+		if c, ok := t.r.(shaper.Clamper); ok {
 			_ = c.Clamp(context.WithoutCancel(ctx), key, n, min(reset, t.maxPause, shaper.MaxPause))
 		}
 	}
-}
-
-// clamper is a Reserver that paces a key evenly until a partner's reset
-// (shaper.Shaper.Clamp; Route's and otel.Wrap's Reservers forward it).
-type clamper interface {
-	Clamp(ctx context.Context, key string, remaining int64, reset time.Duration) error
 }
 
 // CloseIdleConnections closes the base transport's idle connections, if it

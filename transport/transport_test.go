@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"go.uber.org/goleak"
 )
@@ -75,7 +76,7 @@ func (p *partner) count() int {
 
 func newShaper(t *testing.T, rate shaper.Rate, opts ...shaper.Option) *shaper.Shaper {
 	t.Helper()
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	t.Cleanup(func() { _ = store.Close() })
 	s, err := shaper.New(store, rate, opts...)
 	if err != nil {

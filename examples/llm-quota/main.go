@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/examples/internal/window"
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -117,7 +118,7 @@ func once(d time.Duration, settle bool) (Result, error) {
 	a := &api{rng: rand.New(rand.NewPCG(7, 7))}
 	srv := httptest.NewServer(a)
 	defer srv.Close()
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	// One account, two contracts: each call counts once in requests; the
 	// tokens dimension charges the estimate, and then the usage.

@@ -28,7 +28,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	tkotel "github.com/throttlekit/throttlekit-go/otel"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/otelshaper"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -65,7 +66,7 @@ func run(w io.Writer, n int) error {
 	}))
 	defer partner.Close()
 
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	s, err := shaper.New(store, shaper.PerSecond(10), shaper.WithName("partner-api"), shaper.WithMaxQueue(time.Second))
 	if err != nil {
@@ -73,7 +74,7 @@ func run(w io.Writer, n int) error {
 	}
 	// The order matters: otelhttp outermost, so that its client span is the
 	// parent of the shaper's wait; ThrottleKit's transport inside it.
-	r := tkotel.Wrap(s, tkotel.WithMeterProvider(mp), tkotel.WithTracerProvider(tp))
+	r := otelshaper.Wrap(s, otelshaper.WithMeterProvider(mp), otelshaper.WithTracerProvider(tp))
 	client := &http.Client{Transport: otelhttp.NewTransport(
 		transport.New(r, transport.WithBase(partner.Client().Transport)),
 		otelhttp.WithTracerProvider(tp), otelhttp.WithMeterProvider(mp))}
@@ -93,14 +94,14 @@ func run(w io.Writer, n int) error {
 				_ = resp.Body.Close()
 			}
 			mu.Lock()
-			outcomes[tkotel.Outcome(err)]++
+			outcomes[otelshaper.Outcome(err)]++
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	fmt.Fprintf(w, "\noutcomes: %v\n", outcomes)
 	err = errors.Join(tp.Shutdown(ctx), mp.Shutdown(ctx)) // flushes the metrics to w
-	if outcomes[tkotel.OutcomeAccepted] == 0 {
+	if outcomes[otelshaper.OutcomeAccepted] == 0 {
 		return errors.Join(err, errors.New("no request was accepted"))
 	}
 	return err

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -83,7 +84,7 @@ that counts strictly %g per rolling second, set the rate a hair under the contra
 // a shaper, and records when each call actually departed and how long after
 // its slot.
 func shape(contract shaper.Rate, n, workers int, precise bool) (deps []time.Time, late []time.Duration, err error) {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	opts := []shaper.Option{shaper.WithMaxQueue(time.Minute)}
 	if precise {

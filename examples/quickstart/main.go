@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -84,7 +85,7 @@ func run(w io.Writer) error {
 	fmt.Fprintf(w, "partner on %s allows %d requests/s (429 beyond); each client sends %d at once\n\n", srv.URL, rate, requests)
 
 	plain := &http.Client{Transport: srv.Client().Transport}
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	s, err := shaper.New(store, shaper.PerSecond(rate))
 	if err != nil {

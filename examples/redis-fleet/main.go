@@ -2,12 +2,12 @@
 // Redis. The parent starts an arrival-recording partner on loopback (and a
 // redis-server on a free port unless -redis is given), then starts -procs
 // copies of itself. Each copy paces its requests with a shaper on a
-// RedisStore and sends them from -goroutines goroutines (8 by default) as
+// redisstore.Store and sends them from -goroutines goroutines (8 by default) as
 // fast as its slots allow. The parent prints what the partner saw:
 // per-process and aggregate rates, the most arrivals in any 1 s window, and
 // how many scripts ran on Redis: with many goroutines, each process's
-// RedisStore sends the reservations made while a call is in flight together
-// in its next call (shaper.WithCoalescing).
+// redisstore.Store sends the reservations made while a call is in flight together
+// in its next call (redisstore.WithCoalescing).
 //
 // With -change N, the parent changes the fleet's contract to N/s while it
 // runs (Shaper.SetRate from a shaper of its own, after -change-at): every
@@ -51,6 +51,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttlekit/throttlekit-go/examples/internal/window"
+	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -117,11 +118,11 @@ func main() {
 // fleetShaper is the shaper every process of the fleet runs, and the one
 // the parent changes the contract with: the same name and configured rate,
 // so that they follow the same live contract.
-func fleetShaper(client redis.UniversalClient, rate int) (*shaper.Shaper, *shaper.RedisStore, error) {
+func fleetShaper(client redis.UniversalClient, rate int) (*shaper.Shaper, *redisstore.Store, error) {
 	// A call that cannot reach Redis within a second fails (the default
 	// policy is FailClosed); the default 250 ms is tighter than a loaded
 	// laptop running the whole fleet needs.
-	store := shaper.NewRedisStore(client, shaper.WithRedisTimeout(time.Second))
+	store := redisstore.New(client, redisstore.WithTimeout(time.Second))
 	s, err := shaper.New(store, shaper.PerSecond(int64(rate)), shaper.WithName("fleet-demo"))
 	if err != nil {
 		_ = store.Close()
@@ -232,7 +233,7 @@ type Result struct {
 	MostAcross int
 	// ScriptCalls is how many scripts the fleet ran on Redis (INFO
 	// commandstats, EVALSHA and EVAL; 0 if unreadable): under load the
-	// store sends many reservations per call (shaper.WithCoalescing).
+	// store sends many reservations per call (redisstore.WithCoalescing).
 	ScriptCalls int64
 	// With a clamp: the departures from clampLead after the partner
 	// reported its calls left to its reset, in all and per process.

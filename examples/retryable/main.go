@@ -28,6 +28,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/throttlekit/throttlekit-go/examples/internal/window"
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -91,7 +92,7 @@ func run(w io.Writer, n int) error {
 	srv := httptest.NewServer(p)
 	defer srv.Close()
 
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	s, err := shaper.New(store, shaper.PerSecond(rate), shaper.WithName("partner"))
 	if err != nil {

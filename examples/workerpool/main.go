@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/queue"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
@@ -26,7 +27,7 @@ func main() {
 }
 
 func run(w io.Writer) error {
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	rates := map[string]shaper.Rate{"acme": shaper.PerSecond(20), "globex": shaper.PerSecond(5)}
 	jobs := map[string]int{"acme": 40, "globex": 20}

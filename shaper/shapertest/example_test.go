@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/shaper/shapertest"
 )
@@ -14,7 +15,7 @@ import (
 func ExampleClock() {
 	ctx := context.Background()
 	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	store := shaper.NewMemoryStore()
+	store := memstore.New()
 	defer store.Close()
 	s, err := shaper.New(store, shaper.PerSecond(2), shaper.WithClock(clock))
 	if err != nil {

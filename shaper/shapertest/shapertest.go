@@ -5,10 +5,15 @@
 // asserts exact delays and orders, and never sleeps.
 //
 //	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-//	s, _ := shaper.New(shaper.NewMemoryStore(), shaper.PerSecond(2), shaper.WithClock(clock))
+//	s, _ := shaper.New(memstore.New(), shaper.PerSecond(2), shaper.WithClock(clock))
 //	go func() { done <- s.Wait(ctx, "k", 1) }() // waits for a slot
 //	clock.WaitForTimers(ctx, 1)                 // the waiter is asleep
 //	clock.Advance(500 * time.Millisecond)       // its slot comes; Wait returns
+//
+// Advance does not wait for the goroutines it wakes (see Clock.Advance).
+// Inside a testing/synctest bubble the system clock is fake as well, so a
+// shaper on its default clock paces exactly there too, and synctest.Wait
+// tells when every woken waiter has acted.
 package shapertest
 
 import (
@@ -41,6 +46,20 @@ func (c *Clock) NewTimer(d time.Duration) shaper.Timer { return c.f.NewTimer(d) 
 // Advance moves the clock forward by d and fires, in deadline order, every
 // timer that falls due, each seeing the clock at its own deadline. A
 // negative d counts as zero.
+//
+// It returns once the timers are fired, not once the goroutines they wake
+// have acted: a woken Wait returns concurrently with the test. Before
+// moving the clock again, wait for what the waiter does next (its result,
+// or WaitForTimers for its next sleep), or run the test in a
+// testing/synctest bubble and call synctest.Wait, which returns once every
+// goroutine of the bubble is blocked again:
+//
+//	clock.Advance(500 * time.Millisecond)
+//	synctest.Wait() // the woken waiters have left, or sleep again
+//	clock.Advance(500 * time.Millisecond)
+//
+// Otherwise a waiter woken by the first Advance may read the clock after
+// the second and act as if it had woken then.
 func (c *Clock) Advance(d time.Duration) { c.f.Advance(d) }
 
 // Jump steps the wall clock by d, forwards or backwards, and fires nothing:

@@ -1,0 +1,21 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"github.com/throttlekit/throttlekit-go/internal/storetest"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/shaper"
+)
+
+// Status consumes nothing on the memory store (storetest.StatusConsumesNothing):
+// every scenario of the cross-store conformance, run with a Status before
+// each reservation and without, gives the same outcome at every step, and
+// each Status predicts the reservation it precedes. The Redis store's tests
+// run the same suite, and compare their transcripts with this store's.
+func TestStatusConsumesNothing(t *testing.T) {
+	t.Parallel()
+	storetest.StatusConsumesNothing(t, storetest.Candidate{Name: "memory", New: func() shaper.Store {
+		return memstore.New(memstore.WithSweepInterval(0))
+	}})
+}

@@ -1,0 +1,315 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/store"
+	"github.com/throttlekit/throttlekit-go/internal/trace"
+	"github.com/throttlekit/throttlekit-go/memstore"
+)
+
+// failover is FailOpen and FailLocal: a decorator around the Redis
+// backend that serves what Redis cannot (an outage: down or silent), and
+// passes every other outcome through. FailLocal serves from a local twin
+// of each dimension at the policy's share of its rate, kept level with
+// Redis both ways (the handoff).
+type failover struct {
+	redis    *backend
+	policy   FailurePolicy
+	local    *memstore.Store // FailLocal
+	twins    store.Backend   // FailLocal: local's backend
+	handoff  handoff         // FailLocal: local slots Redis has not seen yet
+	degraded atomic.Uint64
+}
+
+var _ store.Backend = (*failover)(nil)
+
+// outage reports whether err is Redis down or silent, which the policy serves.
+func outage(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.outage
+}
+
+// degrade counts an operation served by the policy.
+func (f *failover) degrade(ctx context.Context, op string) {
+	f.degraded.Add(1)
+	if t := trace.From(ctx); t != nil && t.Degraded != nil {
+		t.Degraded(ctx, op)
+	}
+}
+
+// absorb is the outcome of a write the policy serves by doing nothing (the
+// local twin, if any, has it already): an outage is counted and ignored.
+func (f *failover) absorb(ctx context.Context, op string, err error) error {
+	if outage(err) {
+		f.degrade(ctx, op)
+		return nil
+	}
+	return err
+}
+
+// Bind binds d on Redis and, under FailLocal, its twin on the local store.
+func (f *failover) Bind(d *store.Dim) (any, error) {
+	b, err := f.redis.Bind(d)
+	if err != nil || f.local == nil {
+		return b, err
+	}
+	twin := *d
+	twin.Identity += " local"
+	rd := b.(*redisDim)
+	if rd.twin, err = f.atShare(d, twin, f.twins.Bind); err != nil {
+		return nil, err
+	}
+	return rd, nil
+}
+
+// Rebind rebinds d, and its twin at the new rate.
+func (f *failover) Rebind(d *store.Dim) (any, error) {
+	old := redisOf(d)
+	b, err := f.redis.Rebind(d)
+	if err != nil || old.twin == nil {
+		return b, err
+	}
+	rd := b.(*redisDim)
+	if rd.twin, err = f.atShare(d, *old.twin, f.twins.Rebind); err != nil {
+		return nil, err
+	}
+	return rd, nil
+}
+
+// atShare returns twin with d's algorithm at the policy's share of d's
+// rate (a longer period), bound to the local store by bind.
+func (f *failover) atShare(d *store.Dim, twin store.Dim, bind func(*store.Dim) (any, error)) (*store.Dim, error) {
+	alg, allow, err := d.AtShare(f.policy.share)
+	if err != nil {
+		return nil, err
+	}
+	twin.Alg, twin.Allow = alg, allow
+	twin.SetKernels()
+	if twin.Bound, err = bind(&twin); err != nil {
+		return nil, err
+	}
+	return &twin, nil
+}
+
+// twinsOf returns ks on the local twin of each dimension.
+func twinsOf(ks store.KeySet) store.KeySet {
+	out := make([]*store.Dim, len(ks.Dims))
+	for i, d := range ks.Dims {
+		out[i] = redisOf(d).twin
+	}
+	ks.Dims = out
+	return ks
+}
+
+// Reserve reserves on Redis, handing the schedule over to and from the
+// local twin under FailLocal: a key whose local slots Redis has not seen
+// carries their end as the request's Floor, and every admission of the
+// GCRA family seeds the twin with Redis's TAT, so that whichever serves
+// next continues the schedule instead of starting one beside it.
+func (f *failover) Reserve(ctx context.Context, req *store.Request) error {
+	d := req.Dims[0]
+	handsOver := f.local != nil && len(req.Dims) == 1 && d.Kern != nil
+	if handsOver && f.handoff.pending() {
+		req.Floor = f.handoff.floor(d, req.Keys[0], algorithms.Millis(d.Clock.Now()))
+	}
+	err := f.redis.Reserve(ctx, req)
+	switch {
+	case err == nil:
+		if handsOver && req.Dec.Allowed {
+			// Redis's TAT on this process's clock, read after the reply:
+			// later than on the server's, so the local schedule never starts early.
+			local := algorithms.Millis(d.Clock.Now())
+			f.twins.(store.Seeder).Seed(redisOf(d).twin, req.Keys[0], local+(req.Tags[0]-req.Decided), local)
+			if req.Floor > 0 {
+				f.handoff.done(d, req.Keys[0])
+			}
+		}
+		return nil
+	case !outage(err):
+		return err
+	}
+	f.degrade(ctx, "reserve")
+	req.Local = true
+	if f.local == nil { // FailOpen: admitted at once, nothing to give back
+		req.Dec = algorithms.AllDecision{Decision: decisionOf(true, 0), Took: 1<<len(req.Dims) - 1}
+		req.Tags = nil
+		return nil
+	}
+	local := *req
+	local.Now = algorithms.Millis(d.Clock.Now()) // the call may have taken the whole timeout
+	local.KeySet = twinsOf(req.KeySet)
+	local.Algs = make([]algorithms.Algorithm, len(req.Dims))
+	for i, dm := range req.Dims {
+		local.Algs[i] = local.Dims[i].Alg
+		if req.Algs[i] == dm.Allow {
+			local.Algs[i] = local.Dims[i].Allow
+		}
+	}
+	if err := f.twins.Reserve(ctx, &local); err != nil {
+		return err
+	}
+	req.Dec, req.Tags, req.Gens, req.Seqs, req.At, req.Decided = local.Dec, local.Tags, local.Gens, local.Seqs, local.At, local.Decided
+	if handsOver && req.Dec.Allowed && len(req.Tags) == 1 {
+		f.handoff.granted(d, req.Keys[0], req.Tags[0])
+	}
+	return nil
+}
+
+// Settle gives a slot back where it was granted: a local one to the twin
+// (FailOpen granted nothing), the others to Redis.
+func (f *failover) Settle(ctx context.Context, st *store.Settlement) error {
+	if !st.Local {
+		return f.absorb(ctx, "settle", f.redis.Settle(ctx, st))
+	}
+	if f.local == nil || st.Tags == nil || len(st.Gens) != len(st.Tags) {
+		return nil
+	}
+	local := *st
+	local.KeySet = twinsOf(st.KeySet)
+	return f.twins.Settle(ctx, &local)
+}
+
+// Pause pauses the keys on Redis and, under FailLocal, on the twins.
+func (f *failover) Pause(ctx context.Context, ks store.KeySet, now, d float64) error {
+	err := f.redis.Pause(ctx, ks, now, d)
+	if f.local != nil && !errors.Is(err, store.ErrInvalidState) { // the local fallback honours the pause too
+		_ = f.twins.Pause(ctx, twinsOf(ks), now, d)
+	}
+	return f.absorb(ctx, "pause", err)
+}
+
+// Clamp clamps the keys on Redis and, under FailLocal, on the twins.
+func (f *failover) Clamp(ctx context.Context, ks store.KeySet, now, interval, span float64) error {
+	err := f.redis.Clamp(ctx, ks, now, interval, span)
+	if f.local != nil && !errors.Is(err, store.ErrInvalidState) { // the local fallback honours the clamp too
+		_ = f.twins.Clamp(ctx, twinsOf(ks), now, interval, span)
+	}
+	return f.absorb(ctx, "clamp", err)
+}
+
+// Reset forgets the keys on Redis.
+func (f *failover) Reset(ctx context.Context, ks store.KeySet) error {
+	return f.absorb(ctx, "reset", f.redis.Reset(ctx, ks))
+}
+
+// Status reads Redis; during an outage FailLocal answers from its twins
+// (what it would grant), FailOpen reports the outage: there is no shared
+// figure to give.
+func (f *failover) Status(ctx context.Context, q *store.Query) error {
+	err := f.redis.Status(ctx, q)
+	if !outage(err) || f.local == nil {
+		return err
+	}
+	local := *q
+	local.KeySet = twinsOf(q.KeySet)
+	local.Algs = make([]algorithms.Algorithm, len(q.Dims))
+	for i, d := range local.Dims {
+		local.Algs[i] = d.Alg
+	}
+	local.Now = algorithms.Millis(q.Dims[0].Clock.Now())
+	if err := f.twins.Status(ctx, &local); err != nil {
+		return err
+	}
+	q.At, q.Until, q.Binding, q.Figures = local.At, local.Until, local.Binding, local.Figures
+	return nil
+}
+
+// PauseLeft reads Redis; during an outage FailLocal answers for the pauses
+// it mirrored.
+func (f *failover) PauseLeft(ctx context.Context, ks store.KeySet, now float64) (float64, error) {
+	left, err := f.redis.PauseLeft(ctx, ks, now)
+	if !outage(err) || f.local == nil {
+		return left, err
+	}
+	return f.twins.PauseLeft(ctx, twinsOf(ks), now)
+}
+
+// ReadContract reads Redis: a live contract has no local form.
+func (f *failover) ReadContract(ctx context.Context, prefix string) (store.Record, error) {
+	return f.redis.ReadContract(ctx, prefix)
+}
+
+// WriteContract writes Redis: a live change is refused during an outage.
+func (f *failover) WriteContract(ctx context.Context, prefix, identity, field, value string) (store.Record, error) {
+	return f.redis.WriteContract(ctx, prefix, identity, field, value)
+}
+
+// Remote is the Redis backend's.
+func (f *failover) Remote() bool { return f.redis.Remote() }
+
+// Watch is nil, as the Redis backend's.
+func (f *failover) Watch(string) *atomic.Uint64 { return nil }
+
+// handoff keeps, per key, the end of the slots the FailLocal policy granted
+// while Redis was down (a TAT on this process's clock). Redis never saw
+// them: until it has admitted a reservation for the key, each reservation
+// passes how far ahead they run as a TAT floor, so that Redis's schedule
+// continues after the local one instead of beside it. One-dimension shapers
+// of the GCRA family (the leaky bucket and GCRA) hand over; other shapers
+// start a new schedule on each side of an outage (docs/RELIABILITY.md).
+type handoff struct {
+	n  atomic.Int64 // len(m), so that the common case takes no lock
+	mu sync.Mutex
+	m  map[handoffKey]float64
+}
+
+type handoffKey struct {
+	d   *store.Dim
+	key string
+}
+
+// granted records a local slot whose reservation stored tat.
+func (h *handoff) granted(d *store.Dim, key string, tat float64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[handoffKey]float64{}
+	}
+	k := handoffKey{d, key}
+	if cur, ok := h.m[k]; !ok || tat > cur {
+		if !ok {
+			k.key = strings.Clone(key)
+			h.n.Add(1)
+		}
+		h.m[k] = tat
+	}
+}
+
+// pending reports whether any local slot awaits handing over (one atomic
+// load: the common case, Redis up for a while, reads no clock and takes no
+// lock).
+func (h *handoff) pending() bool { return h.n.Load() > 0 }
+
+// floor returns how far ahead of now (ms) the local slots of key run, 0 if
+// they have passed or there are none; a passed entry is dropped.
+func (h *handoff) floor(d *store.Dim, key string, now float64) float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := handoffKey{d, key}
+	tat, ok := h.m[k]
+	if !ok {
+		return 0
+	}
+	if tat <= now {
+		delete(h.m, k)
+		h.n.Add(-1)
+		return 0
+	}
+	return tat - now
+}
+
+// done forgets key's local slots: Redis has admitted a reservation after them.
+func (h *handoff) done(d *store.Dim, key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.m[handoffKey{d, key}]; ok {
+		delete(h.m, handoffKey{d, key})
+		h.n.Add(-1)
+	}
+}
