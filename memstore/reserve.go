@@ -12,18 +12,62 @@ import (
 
 // ReserveOne is the single-key branch of a shaper of one contract: one
 // transition on one key, for an admissible cost, the decision returned by
-// value. The leaky bucket and GCRA step their kernel on the key's bare TAT
-// (reserveTAT); the other algorithms run their transition on its State.
+// value. The leaky bucket and GCRA (k: the kernel of d's leaky bucket or
+// of its Allow form, within the caller's deadline) keep a bare TAT per
+// key: the store finds the key, the kernel steps it (gcra.Kernel.Step:
+// schedule, Ledger, floor and clamp), and the store keeps the result. The
+// grant carries the stored TAT as its tag, its generation (see
+// tatKeys.grant), its sequence number in the key's Ledger (0 without one)
+// and its departure. The other algorithms run their transition on the
+// key's State (reserveState).
 func (m *mem) ReserveOne(d *store.Dim, allow bool, key string, cost int64, now, limit float64) (algorithms.Decision, store.Grant, error) {
-	alg, k := d.Alg, d.Kern
+	k := d.Kern
 	if allow {
-		alg, k = d.Allow, d.KernAllow
+		k = d.KernAllow
 	}
 	if k == nil {
+		alg := d.Alg
+		if allow {
+			alg = d.Allow
+		}
 		return m.reserveState(d, alg, key, cost, now)
 	}
 	var within gcra.Kernel
-	return m.reserveTAT(d, store.Within(k, limit, &within), key, cost, now)
+	k = store.Within(k, limit, &within)
+	sh, sp := m.enter(nsOf(d), key, now)
+	defer sh.mu.Unlock()
+	t := &sp.tats
+	i, exists := t.index[key]
+	in := gcra.Key{TAT: gcra.Cold, Floor: sp.floor(key, now), Clamped: sp.clamped(key, now)}
+	if exists {
+		in.TAT, in.Ledger = t.at(i, k, now), t.ledger(i)
+	}
+	var step gcra.Step
+	k.Step(&in, now, cost, &step)
+	if !step.Allowed {
+		return algorithms.Decision{RetryAfter: algorithms.Duration(step.Wait)}, store.Grant{}, nil
+	}
+	g := store.Grant{Tag: step.TAT, Seq: step.Seq, At: step.At}
+	switch {
+	case !exists:
+		if !m.claim(sh, now) {
+			return algorithms.Decision{}, store.Grant{}, ErrFull
+		}
+		kc := strings.Clone(key) // do not pin the caller's buffer
+		i = t.add(kc, step.TAT, k)
+		m.track(nsOf(d), kc, step.TAT, false)
+		g.Gen = t.grant(i)
+	case step.Moved:
+		t.set(i, step.TAT, k)
+		t.setLedger(i, step.Ledger)
+		g.Gen = t.grant(i)
+	default: // a hole taken: the key's schedule is as it was
+		g.Gen = t.gens[i] &^ hasLedger
+	}
+	if sp.clamps != nil {
+		sp.advance(key, now, step.At)
+	}
+	return algorithms.Decision{Allowed: true, Delay: algorithms.Duration(step.Wait), Remaining: step.Remaining}, g, nil
 }
 
 // reserveState is ReserveOne for the algorithms other than the GCRA family.
@@ -51,49 +95,6 @@ func (m *mem) reserveState(d *store.Dim, alg algorithms.Algorithm, key string, c
 		res.Remaining = 1
 	}
 	return res, store.Grant{Tag: next[0]}, nil
-}
-
-// reserveTAT is ReserveOne for the GCRA family (k is the kernel of d's
-// leaky bucket or of its Allow form, within the caller's deadline), whose
-// keys hold a bare TAT: the store finds the key, the kernel steps it
-// (gcra.Kernel.Step: schedule, Ledger, floor and clamp), and the store
-// keeps the result. The grant carries the stored TAT as its tag, its
-// generation (see tatKeys.grant), its sequence number in the key's Ledger
-// (0 without one) and its departure.
-func (m *mem) reserveTAT(d *store.Dim, k *gcra.Kernel, key string, cost int64, now float64) (algorithms.Decision, store.Grant, error) {
-	sh, sp := m.enter(nsOf(d), key, now)
-	defer sh.mu.Unlock()
-	t := &sp.tats
-	i, exists := t.index[key]
-	in := gcra.Key{TAT: gcra.Cold, Floor: sp.floor(key, now), Clamped: sp.clamped(key, now)}
-	if exists {
-		in.TAT, in.Ledger = t.at(i, k, now), t.ledger(i)
-	}
-	step := k.Step(in, now, cost)
-	if !step.Allowed {
-		return algorithms.Decision{RetryAfter: algorithms.Duration(step.Wait)}, store.Grant{}, nil
-	}
-	g := store.Grant{Tag: step.TAT, Seq: step.Seq, At: step.At}
-	switch {
-	case !exists:
-		if !m.claim(sh, now) {
-			return algorithms.Decision{}, store.Grant{}, ErrFull
-		}
-		kc := strings.Clone(key) // do not pin the caller's buffer
-		i = t.add(kc, step.TAT, k)
-		m.track(nsOf(d), kc, step.TAT, false)
-		g.Gen = t.grant(i)
-	case step.Moved:
-		t.set(i, step.TAT, k)
-		t.setLedger(i, step.Ledger)
-		g.Gen = t.grant(i)
-	default: // a hole taken: the key's schedule is as it was
-		g.Gen = t.gens[i] &^ hasLedger
-	}
-	if sp.clamps != nil {
-		sp.advance(key, now, step.At)
-	}
-	return algorithms.Decision{Allowed: true, Delay: algorithms.Duration(step.Wait), Remaining: step.Remaining}, g, nil
 }
 
 // Seed raises key's TAT in d's space to at least tat (the GCRA family

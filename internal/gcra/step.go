@@ -31,20 +31,37 @@ type Step struct {
 	Ledger *Ledger
 }
 
-// Step is one reservation of cost at now on key k, as reserve_gcra.lua
-// makes it in one script: the schedule, the Ledger's holes, the floor and
-// the clamp. A key with a Ledger departs in the earliest hole a cancelled
-// reservation left that fits it before its own slot, or else at its slot,
-// recorded in the Ledger. A key that once gave back keeps a Ledger while
-// it is held (a Ledger made on a busy key could not refund the
-// reservations departing before its older departures): on a cold key it
-// starts afresh; one made under another contract (changed live) is not
-// used, and dropped at the next slot.
-func (k *Kernel) Step(key Key, now float64, cost int64) Step {
+// Step is one reservation of cost at now on key, as reserve_gcra.lua makes
+// it in one script: the schedule, the Ledger's holes, the floor and the
+// clamp, written to *out (the caller's zero Step). A key with a Ledger
+// departs in the earliest hole a cancelled reservation left that fits it
+// before its own slot, or else at its slot, recorded in the Ledger. A key
+// that once gave back keeps a Ledger while it is held (a Ledger made on a
+// busy key could not refund the reservations departing before its older
+// departures): on a cold key it starts afresh; one made under another
+// contract (changed live) is not used, and dropped at the next slot. The
+// arguments are pointers so that the hot path copies nothing; neither is
+// kept.
+func (k *Kernel) Step(key *Key, now float64, cost int64, out *Step) {
+	if key.Ledger != nil {
+		k.ledgerStep(key, now, cost, out)
+		return
+	}
+	next, wait, allowed := k.Reserve(key.TAT, now, key.Floor, cost)
+	out.Wait, out.TAT = wait, key.TAT
+	if !allowed {
+		return
+	}
+	out.Allowed, out.At, out.TAT, out.Moved = true, now+wait, next, true
+	out.Remaining = k.clamp(k.Remaining(next, now), key.Clamped)
+}
+
+// ledgerStep is Step on a key with a Ledger.
+func (k *Kernel) ledgerStep(key *Key, now float64, cost int64, out *Step) {
 	next, wait, allowed := k.Reserve(key.TAT, now, key.Floor, cost)
 	l := key.Ledger
-	out := Step{Ledger: l, TAT: key.TAT}
-	fits := l != nil && l.Fits(k)
+	out.Ledger, out.TAT = l, key.TAT
+	fits := l.Fits(k)
 	if fits {
 		before := math.Inf(1)
 		if allowed {
@@ -53,17 +70,16 @@ func (k *Kernel) Step(key Key, now float64, cost int64) Step {
 		if at, seq, ok := l.Take(k, now, key.Floor, before, cost); ok {
 			out.Allowed, out.Wait, out.At, out.Seq = true, at-now, at, seq
 			out.Remaining = k.clamp(k.Remaining(key.TAT, now), key.Clamped)
-			return out
+			return
 		}
 	}
+	out.Wait = wait
 	if !allowed {
-		out.Wait = wait
-		return out
+		return
 	}
-	out.Allowed, out.Wait, out.At, out.TAT, out.Moved = true, wait, now+wait, next, true
+	out.Allowed, out.At, out.TAT, out.Moved = true, now+wait, next, true
 	out.Remaining = k.clamp(k.Remaining(next, now), key.Clamped)
 	switch {
-	case l == nil:
 	case l.Idle(key.TAT, now): // cold, no hole ahead: a fresh Ledger, whose steps know every departure
 		out.Ledger = k.NewLedger(key.TAT, now)
 		out.Seq = out.Ledger.Grant(k, out.At, cost)
@@ -72,7 +88,6 @@ func (k *Kernel) Step(key Key, now float64, cost int64) Step {
 	default:
 		out.Seq = l.Grant(k, out.At, cost)
 	}
-	return out
 }
 
 // clamp caps remaining at 1 while a partner's clamp holds the key.

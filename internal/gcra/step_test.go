@@ -138,7 +138,7 @@ func (ky *stepSim) reserve(k *Kernel, now float64, cost int64) (*stepGrant, bool
 	}
 	refIn := in
 	refIn.Ledger = cloneLedger(in.Ledger)
-	got := k.Step(in, now, cost)
+	got := step(k, in, now, cost)
 	want := refStep(k, refIn, now, cost)
 	gotL, wantL := got.Ledger, want.Ledger
 	got.Ledger, want.Ledger = nil, nil
@@ -350,7 +350,7 @@ func TestStepTakesAHoleWithoutMovingTheTAT(t *testing.T) {
 	s := Cold
 	var tats []float64
 	for range 3 { // departures at 1000, 1010, 1020
-		st := k.Step(Key{TAT: s, Floor: now}, now, 1)
+		st := step(k, Key{TAT: s, Floor: now}, now, 1)
 		s = st.TAT
 		tats = append(tats, st.TAT)
 	}
@@ -359,15 +359,22 @@ func TestStepTakesAHoleWithoutMovingTheTAT(t *testing.T) {
 	if len(l.Holes) != 1 || l.Holes[0].At != 1010 {
 		t.Fatalf("cancelling the middle reservation left holes %+v, want one at 1010", l.Holes)
 	}
-	st := k.Step(Key{TAT: s, Ledger: l, Floor: now}, now, 1)
+	st := step(k, Key{TAT: s, Ledger: l, Floor: now}, now, 1)
 	if !st.Allowed || st.At != 1010 || st.Moved || st.TAT != s || st.Seq == 0 || st.Ledger != l {
 		t.Fatalf("Step = %+v, want the hole at 1010, the TAT %v unchanged, a sequence number", st, s)
 	}
 	if len(l.Holes) != 0 {
 		t.Fatalf("holes after the take: %+v", l.Holes)
 	}
-	next := k.Step(Key{TAT: s, Ledger: l, Floor: now}, now, 1)
+	next := step(k, Key{TAT: s, Ledger: l, Floor: now}, now, 1)
 	if want := s + k.Interval - k.Tau; !next.Moved || next.At != want || next.Seq != st.Seq+1 {
 		t.Fatalf("the request after it: %+v, want the key's slot at %v", next, want)
 	}
+}
+
+// step is Kernel.Step returning its outcome.
+func step(k *Kernel, key Key, now float64, cost int64) Step {
+	var out Step
+	k.Step(&key, now, cost, &out)
+	return out
 }
