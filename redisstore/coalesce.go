@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -10,54 +9,22 @@ import (
 	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/script"
 	"github.com/throttlekit/throttlekit-go/internal/store"
+	"github.com/throttlekit/throttlekit-go/redisstore/internal/coalesce"
 	"github.com/throttlekit/throttlekit-go/redisstore/internal/health"
 )
 
-// Coalescing: the reservations a process makes on one hash slot while its
-// calls for that slot are in flight are decided together by a later call,
-// one script execution (script.ReserveBatch) that runs each reservation's
-// own script in turn. A lane is one hash slot's queue (every key, on a
-// single node, where scripts may span slots). A reservation that finds
-// fewer than the lane's limit of calls in flight and nobody queued makes
-// its call alone, at once, exactly as without coalescing; the ones that
-// arrive while the limit is reached queue, and when a call returns one
-// goroutine sends the queue (up to maxBatch) as one call, and again for
-// those that arrived meanwhile, until the queue is empty. Each
-// reservation's slot is the one its own call would have had at its place
-// in the batch; nothing is reserved for anyone in advance.
+// Coalescing (see package coalesce for the lanes): the reservations a
+// process makes on one hash slot while its calls for that slot are in
+// flight are decided together by a later call, one script execution
+// (script.ReserveBatch) that runs each reservation's own script in turn.
+// Each reservation's slot is the one its own call would have had at its
+// place in the batch; nothing is reserved for anyone in advance.
 
-// lane is one hash slot's queue.
-type lane struct {
-	mu       sync.Mutex
-	inflight int       // calls in flight (or about to be), at most its limit
-	wide     bool      // its batches are small: up to wideInflight calls go at once
-	small    int       // consecutive batches below wideBelow
-	queue    []*waiter // the reservations for the next call
-	spare    []*waiter // a sent batch's array, for reuse
-}
+// lanes is the store's lanes of waiters.
+type lanes = coalesce.Lanes[*waiter]
 
-// A lane sends a reservation alone, at once, while fewer than its limit of
-// calls are in flight: narrowInflight, so that under heavy load the
-// reservations queue into large batches while the server decides one
-// batch and the other's reply travels; or wideInflight once wideAfter
-// batches in a row were small (below wideBelow), where queueing would only
-// add a round trip to each reservation's wait. One large batch makes the
-// lane narrow again. So a lane with a few concurrent callers runs like one
-// call per reservation, and one with many coalesces.
-const (
-	narrowInflight = 2
-	wideInflight   = 8
-	wideBelow      = 4
-	wideAfter      = 8
-)
-
-// limit is how many calls ln may have in flight (ln.mu held).
-func (ln *lane) limit() int {
-	if ln.wide {
-		return wideInflight
-	}
-	return narrowInflight
-}
+// lane is one hash slot's.
+type lane = coalesce.Lane[*waiter]
 
 // waiter states.
 const (
@@ -68,21 +35,15 @@ const (
 
 // waiter is one queued reservation.
 type waiter struct {
-	req     *store.Request
-	call    reserveCall
-	replies uint64 // the server's reply count when it queued (see timedOut)
-	state   atomic.Int32
-	done    chan struct{}
-	reply   any // its script's reply, once done (or err)
-	err     error
-	inputs  *store.Request // a copy of req's inputs: for restamp (client clock) and the give-back of a caller that left
-}
-
-// lanes maps hash slots to their lanes: one lane for a single node, one
-// per hash slot on a cluster.
-type lanes struct {
-	one    *lane    // a single node: every key
-	bySlot sync.Map // a cluster: uint16 hash slot -> *lane
+	req         *store.Request
+	call        reserveCall
+	replies     uint64 // the server's reply count when it queued (see timedOut)
+	clientClock bool   // the store decides on the client clock (see restamp)
+	state       atomic.Int32
+	done        chan struct{}
+	reply       any // its script's reply, once done (or err)
+	err         error
+	inputs      *store.Request // a copy of req's inputs: for restamp (client clock) and the give-back of a caller that left
 }
 
 // newLanes returns the lanes for client, or nil when its calls are not
@@ -91,63 +52,35 @@ type lanes struct {
 func newLanes(client redis.UniversalClient) *lanes {
 	switch client.(type) {
 	case *redis.Client:
-		return &lanes{one: &lane{}}
+		return coalesce.Single[*waiter]()
 	case *redis.ClusterClient:
-		return &lanes{}
+		return coalesce.PerSlot[*waiter]()
 	}
 	return nil
 }
 
-// of returns the lane of the keys whose hash tag is tag.
-func (l *lanes) of(tag string) *lane {
-	if l.one != nil {
-		return l.one
-	}
-	slot := clusterSlot(escapeTag(tag))
-	if v, ok := l.bySlot.Load(slot); ok {
-		return v.(*lane)
-	}
-	v, _ := l.bySlot.LoadOrStore(slot, &lane{})
-	return v.(*lane)
-}
-
-// clusterSlot is Redis Cluster's hash slot of a hash tag: CRC16 (XMODEM)
-// modulo 16384.
-func clusterSlot(tag string) uint16 {
-	var crc uint16
-	for i := 0; i < len(tag); i++ {
-		crc ^= uint16(tag[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc & 16383
-}
-
-// coalesce decides req through its lane.
+// coalesce decides req through its lane: at once, alone, or queued for
+// the next batch.
 func (r *backend) coalesce(ctx context.Context, req *store.Request) error {
-	w := &waiter{req: req, replies: r.health.Replies()}
+	w := &waiter{req: req, replies: r.health.Replies(), clientClock: r.clientClock}
 	r.prepare(&w.call, req) // before the lock: building the args runs beside the call in flight
-	ln := r.lanes.of(req.Slot)
-	ln.mu.Lock()
-	if ln.inflight < ln.limit() && len(ln.queue) == 0 { // this call goes at once, alone
-		ln.inflight++
-		ln.mu.Unlock()
+	ln := r.lanes.Of(escapeTag(req.Slot))
+	if ln.Join(w, queued) {
 		err := r.callAlone(ctx, false, &w.call, req)
-		r.release(ln)
+		if batch := ln.Done(); batch != nil {
+			go r.flush(ln, batch)
+		}
 		return err
 	}
-	w.done = make(chan struct{})
-	if r.clientClock { // restamp reads them once w is queued
-		w.inputs = req.Inputs()
-	}
-	ln.queue = append(ln.queue, w)
-	ln.mu.Unlock()
 	return r.await(ctx, w)
+}
+
+// queued readies w to wait in its lane's queue (under the lane's lock).
+func queued(w *waiter) {
+	w.done = make(chan struct{})
+	if w.clientClock { // restamp reads them once w is queued
+		w.inputs = w.req.Inputs()
+	}
 }
 
 // restamp makes a queued reservation's call decide at the instant its
@@ -172,65 +105,12 @@ func (r *backend) restamp(w *waiter) {
 	w.call.late = late
 }
 
-// release ends a lane's call: the reservations queued meanwhile go as the
-// next call, on a goroutine of their own.
-func (r *backend) release(ln *lane) {
-	ln.mu.Lock()
-	if len(ln.queue) == 0 {
-		ln.inflight--
-		ln.mu.Unlock()
-		return
-	}
-	batch := ln.take()
-	ln.mu.Unlock()
-	go r.flush(ln, batch)
-}
-
-// maxBatch is the most reservations one call decides. The replies of a
-// call arrive together, after the server has run all of its reservations:
-// the cap bounds how late the first of them learns its slot (about 128
-// times a reservation's few µs of script), so that slots near now are not
-// learnt after they passed, which would bunch their departures.
-const maxBatch = 128
-
-// take returns the next call's reservations: the queue's first maxBatch,
-// in the order they queued (ln.mu held). The batch's size sets the lane's
-// limit of calls in flight.
-func (ln *lane) take() []*waiter {
-	if len(ln.queue) < wideBelow {
-		ln.small++
-		ln.wide = ln.small >= wideAfter
-	} else {
-		ln.small, ln.wide = 0, false
-	}
-	if len(ln.queue) <= maxBatch {
-		batch := ln.queue
-		ln.queue, ln.spare = ln.spare[:0], nil
-		return batch
-	}
-	batch := append(ln.spare[:0], ln.queue[:maxBatch]...)
-	ln.spare = nil
-	n := copy(ln.queue, ln.queue[maxBatch:])
-	clear(ln.queue[n:])
-	ln.queue = ln.queue[:n]
-	return batch
-}
-
 // flush sends batches until the lane is idle.
 func (r *backend) flush(ln *lane, batch []*waiter) {
 	var b script.Batch
-	for {
+	for batch != nil {
 		r.send(&b, batch)
-		clear(batch)
-		ln.mu.Lock()
-		ln.spare = batch[:0]
-		if len(ln.queue) == 0 {
-			ln.inflight--
-			ln.mu.Unlock()
-			return
-		}
-		batch = ln.take()
-		ln.mu.Unlock()
+		batch = ln.Next(batch)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/throttlekit/throttlekit-go/internal/storetest"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
 	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/redisstore/internal/coalesce"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -248,13 +249,13 @@ func TestBatchWire(t *testing.T) {
 	}
 }
 
-// clusterSlot is Redis Cluster's hash slot: the specification's example,
+// coalesce.Slot is Redis Cluster's hash slot: the specification's example,
 // and the server's own CLUSTER KEYSLOT for the escaped tags of odd keys
 // and random ones.
 func checkClusterSlot(t *testing.T, c redis.UniversalClient) {
 	t.Helper()
-	if got := clusterSlot("123456789"); got != 0x31C3&16383 {
-		t.Fatalf("clusterSlot(123456789) = %d", got)
+	if got := coalesce.Slot("123456789"); got != 0x31C3&16383 {
+		t.Fatalf("coalesce.Slot(123456789) = %d", got)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	tags := append([]string(nil), storetest.OddKeys...)
@@ -270,34 +271,8 @@ func checkClusterSlot(t *testing.T, c redis.UniversalClient) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := clusterSlot(escapeTag(tag)); int64(got) != want {
-			t.Fatalf("clusterSlot(%q) = %d, CLUSTER KEYSLOT %d", escapeTag(tag), got, want)
-		}
-	}
-}
-
-// A lane hands out its queue in the order it queued, at most maxBatch at a
-// time, losing and repeating nothing.
-func TestALaneTakesInOrderAndCaps(t *testing.T) {
-	t.Parallel()
-	for _, n := range []int{0, 1, maxBatch - 1, maxBatch, maxBatch + 1, 3*maxBatch + 44} {
-		var ln lane
-		ws := make([]*waiter, n)
-		for i := range ws {
-			ws[i] = &waiter{}
-			ln.queue = append(ln.queue, ws[i])
-		}
-		var got []*waiter
-		for len(ln.queue) > 0 {
-			b := ln.take()
-			if len(b) == 0 || len(b) > maxBatch {
-				t.Fatalf("%d queued: a batch of %d", n, len(b))
-			}
-			got = append(got, b...)
-			ln.spare = b[:0]
-		}
-		if !slices.Equal(got, ws) {
-			t.Fatalf("%d queued: taken out of order or lost (%d taken)", n, len(got))
+		if got := coalesce.Slot(escapeTag(tag)); int64(got) != want {
+			t.Fatalf("coalesce.Slot(%q) = %d, CLUSTER KEYSLOT %d", escapeTag(tag), got, want)
 		}
 	}
 }
@@ -353,36 +328,6 @@ func TestRedisARunOnOneKeyReadsOnceAndLeavesWhatEachCallWould(t *testing.T) {
 	}
 }
 
-// A lane goes wide (more calls in flight, each alone) only after wideAfter
-// small batches in a row, and narrow again at the first large one.
-func TestALaneWidensOnlyForSmallBatches(t *testing.T) {
-	t.Parallel()
-	var ln lane
-	send := func(n int) {
-		for range n {
-			ln.queue = append(ln.queue, &waiter{})
-		}
-		ln.spare = ln.take()[:0]
-	}
-	for i := range wideAfter {
-		if ln.limit() != narrowInflight {
-			t.Fatalf("after %d small batches the limit is %d", i, ln.limit())
-		}
-		send(wideBelow - 1)
-	}
-	if ln.limit() != wideInflight {
-		t.Fatalf("after %d small batches the limit is %d, want %d", wideAfter, ln.limit(), wideInflight)
-	}
-	send(wideBelow)
-	if ln.limit() != narrowInflight {
-		t.Fatalf("after a batch of %d the limit is %d, want %d", wideBelow, ln.limit(), narrowInflight)
-	}
-	send(1)
-	if ln.limit() != narrowInflight {
-		t.Fatal("one small batch widened the lane")
-	}
-}
-
 // A node (or Sentinel) client has one lane for every key, a cluster client
 // one per hash slot, and a Ring, which places keys by their hash tag and
 // not their slot, none: its reservations make one call each.
@@ -392,14 +337,14 @@ func TestLanesFollowTheClient(t *testing.T) {
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	t.Cleanup(func() { _, _, _ = node.Close(), cluster.Close(), ring.Close() })
-	if l := newLanes(node); l == nil || l.of("a") != l.of("b") {
+	if l := newLanes(node); l == nil || l.Of("a") != l.Of("b") {
 		t.Fatal("a node client: want one lane for every key")
 	}
 	l := newLanes(cluster)
-	if l == nil || l.of("a") == l.of("b") {
+	if l == nil || l.Of("a") == l.Of("b") {
 		t.Fatal("a cluster client: want a lane per hash slot")
 	}
-	if clusterSlot("a") == clusterSlot("b") {
+	if coalesce.Slot("a") == coalesce.Slot("b") {
 		t.Fatal("the test's keys share a slot")
 	}
 	if newLanes(ring) != nil || New(ring).r.lanes != nil || New(node, WithCoalescing(false)).r.lanes != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"maps"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -34,12 +35,13 @@ type spy struct {
 
 	mu      sync.Mutex
 	holding bool
-	held    map[*lane]int // a held lane -> the calls it was raised by
+	held    map[*lane]int   // a held lane -> the places for calls it holds
+	callers map[string]bool // the goroutines that reserved while it held
 }
 
 // spyOn installs a spy on s, before any shaper is bound to it.
 func spyOn(s *Store) *spy {
-	sp := &spy{Backend: store.Of(s), r: s.r, held: map[*lane]int{}}
+	sp := &spy{Backend: store.Of(s), r: s.r, held: map[*lane]int{}, callers: map[string]bool{}}
 	s.handle = store.NewHandle(sp)
 	return sp
 }
@@ -56,7 +58,8 @@ func (sp *spy) Reserve(ctx context.Context, req *store.Request) error {
 	if sp.r.lanes != nil {
 		sp.mu.Lock()
 		if sp.holding {
-			sp.holdLane(sp.r.lanes.of(req.Slot))
+			sp.holdLane(sp.r.lanes.Of(escapeTag(req.Slot)))
+			sp.callers[goid()] = true
 		}
 		sp.mu.Unlock()
 	}
@@ -80,96 +83,94 @@ func (sp *spy) Reserve(ctx context.Context, req *store.Request) error {
 func (sp *spy) hold() {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	sp.holding = true
+	sp.holding, sp.callers = true, map[string]bool{}
 }
 
-// holdLane raises ln's calls in flight past any limit, once (sp.mu held).
+// holdLane fills ln's places for calls in flight, once (sp.mu held): the
+// reservations that reach it queue.
 func (sp *spy) holdLane(ln *lane) {
 	if _, ok := sp.held[ln]; ok {
 		return
 	}
-	ln.mu.Lock()
-	k := max(wideInflight-ln.inflight, 0)
-	ln.inflight += k
-	ln.mu.Unlock()
+	k := 0
+	for ln.TryEnter() {
+		k++
+	}
 	sp.held[ln] = k
 }
 
 // release ends hold: each held lane sends what queued meanwhile, as the
-// end of a call in flight would.
+// end of its calls in flight would.
 func (sp *spy) release() {
 	sp.mu.Lock()
 	held := sp.held
 	sp.holding, sp.held = false, map[*lane]int{}
 	sp.mu.Unlock()
 	for ln, k := range held {
-		ln.mu.Lock()
-		ln.inflight -= k
-		if ln.inflight > 0 || len(ln.queue) == 0 {
-			ln.mu.Unlock()
-			continue
+		for range k {
+			if batch := ln.Done(); batch != nil {
+				go sp.r.flush(ln, batch)
+			}
 		}
-		ln.inflight++
-		ln.mu.Unlock()
-		sp.r.release(ln)
 	}
 }
 
-// queued is how many reservations wait in the held lanes.
+// queued is how many of the reservations made while the spy held wait in
+// a queue: their goroutines await their batch.
 func (sp *spy) queued() int {
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	n := 0
-	for ln := range sp.held {
-		ln.mu.Lock()
-		n += len(ln.queue)
-		ln.mu.Unlock()
+	ids := maps.Clone(sp.callers)
+	sp.mu.Unlock()
+	count := 0
+	for _, g := range stacks() {
+		id, _, _ := bytes.Cut(bytes.TrimPrefix(g, []byte("goroutine ")), []byte(" "))
+		if ids[string(id)] && bytes.Contains(g, []byte("redisstore.(*backend).await(")) {
+			count++
+		}
 	}
-	return n
+	return count
 }
 
-// settled waits until no lane has a call in flight and every give-back of
-// a grant nobody waited for has ended.
+// goid returns the calling goroutine's id, as its stack names it.
+func goid() string {
+	var buf [64]byte
+	g := bytes.TrimPrefix(buf[:runtime.Stack(buf[:], false)], []byte("goroutine "))
+	id, _, _ := bytes.Cut(g, []byte(" "))
+	return string(id)
+}
+
+// settled waits until no call of any store of the process is in flight,
+// queued or sending, and every give-back of a grant nobody waited for has
+// ended.
 func (sp *spy) settled() {
-	for {
-		busy := false
-		eachLane(sp.r.lanes, func(ln *lane) {
-			ln.mu.Lock()
-			busy = busy || ln.inflight > 0
-			ln.mu.Unlock()
-		})
-		if !busy {
-			break
-		}
+	for goroutinesIn("redisstore.(*backend).await(", "redisstore.(*backend).flush(", "redisstore.(*backend).callAlone(", "redisstore.(*backend).deliver") > 0 {
 		time.Sleep(100 * time.Microsecond)
 	}
-	giveBacksEnded()
 }
 
-// eachLane calls f on every lane of l made so far.
-func eachLane(l *lanes, f func(*lane)) {
-	if l.one != nil {
-		f(l.one)
-		return
+// goroutinesIn counts the goroutines whose stack holds any of frames.
+func goroutinesIn(frames ...string) int {
+	count := 0
+	for _, g := range stacks() {
+		for _, f := range frames {
+			if bytes.Contains(g, []byte(f)) {
+				count++
+				break
+			}
+		}
 	}
-	l.bySlot.Range(func(_, v any) bool { f(v.(*lane)); return true })
+	return count
 }
 
-// giveBacksEnded waits until no goroutine deliver started (the give-back
-// of a grant nobody waited for) is left, in any store of the process: the
-// lanes being idle, every one has been started.
-func giveBacksEnded() {
+// stacks returns every goroutine's stack.
+func stacks() [][]byte {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
-		if n == len(buf) {
-			buf = make([]byte, 2*len(buf))
-			continue
+		if n < len(buf) {
+			return bytes.Split(buf[:n], []byte("\n\n"))
 		}
-		if !bytes.Contains(buf[:n], []byte("redisstore.(*backend).deliver")) {
-			return
-		}
-		time.Sleep(100 * time.Microsecond)
+		buf = make([]byte, 2*len(buf))
 	}
 }
 
@@ -192,19 +193,13 @@ func (sp *spy) reserveBatched(ctx context.Context, req *store.Request) error {
 // free goes through the batch script (script.ReserveBatch) as a batch of
 // its own, as coalesced reservations do.
 func (r *backend) batchOfOne(ctx context.Context, req *store.Request) error {
-	w := &waiter{req: req, replies: r.health.Replies(), done: make(chan struct{})}
-	r.prepare(&w.call, req)
-	ln := r.lanes.of(req.Slot)
-	ln.mu.Lock()
-	if ln.inflight >= ln.limit() || len(ln.queue) > 0 {
-		ln.mu.Unlock()
+	ln := r.lanes.Of(escapeTag(req.Slot))
+	if !ln.TryEnter() {
 		return r.coalesce(ctx, req)
 	}
-	ln.inflight++
-	ln.mu.Unlock()
-	if r.clientClock { // restamp reads them: sent at once, it finds the instant the caller's
-		w.inputs = req.Inputs()
-	}
+	w := &waiter{req: req, replies: r.health.Replies(), clientClock: r.clientClock}
+	r.prepare(&w.call, req)
+	queued(w) // restamp reads its inputs: sent at once, it finds the instant the caller's
 	r.flush(ln, []*waiter{w})
 	return r.outcome(w)
 }
