@@ -191,7 +191,6 @@ type heldGrant struct {
 	cost     int64
 	key      string
 	contract int // the index of the contract it was granted under
-	done     bool
 }
 
 // stepPair is the two stores under comparison, with the same dimensions.

@@ -176,7 +176,7 @@ func TestSlotsAndLanes(t *testing.T) {
 	if per.Of("a") == per.Of("b") || Slot("a") == Slot("b") {
 		t.Fatal("two slots, one lane")
 	}
-	if per.Of("a") != per.Of("a") || one.Of("a") != one.Of("b") {
+	if a := per.Of("a"); per.Of("a") != a || one.Of("a") != one.Of("b") {
 		t.Fatal("a slot's lane is not its own")
 	}
 }
