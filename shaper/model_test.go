@@ -2096,7 +2096,12 @@ func envInt(name string, def int) int {
 
 // TestModel runs the model on every store and shaper configuration, then
 // the known regressions as fixed sequences. Budget: about a minute under
-// -race on 2 loaded cores (MODEL_SEEDS, MODEL_OPS; -short runs less).
+// -race on 2 loaded cores (MODEL_SEEDS, MODEL_OPS; -short runs less). The
+// stores run one after another, and the test is not parallel: the Redis
+// runs judge departures on a clock that real time drives (warpClock), and
+// on a machine saturated by other tests their inference of a Wait's
+// departure can land a few hundred µs off and report a conformance
+// failure that is the test's, not the library's.
 func TestModel(t *testing.T) {
 	seeds, nops := envInt("MODEL_SEEDS", 3), envInt("MODEL_OPS", 120)
 	if testing.Short() {
@@ -2105,7 +2110,6 @@ func TestModel(t *testing.T) {
 	repro := os.Getenv("MODEL_REPRO")
 	for _, wk := range []string{"memory", "node", "node-nocoalesce", "cluster"} {
 		t.Run(wk, func(t *testing.T) {
-			t.Parallel()
 			if repro != "" && !strings.HasPrefix(repro, wk+"/") {
 				t.Skip("MODEL_REPRO names another store")
 			}
