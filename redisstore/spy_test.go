@@ -109,7 +109,7 @@ func (sp *spy) release() {
 	for ln, k := range held {
 		for range k {
 			if batch := ln.Done(); batch != nil {
-				go sp.r.flush(ln, batch)
+				sp.r.flush(ln, batch) // here, not on a goroutine: once release returns, the queue is sent
 			}
 		}
 	}
@@ -143,7 +143,9 @@ func goid() string {
 // queued or sending, and every give-back of a grant nobody waited for has
 // ended.
 func (sp *spy) settled() {
-	for goroutinesIn("redisstore.(*backend).await(", "redisstore.(*backend).flush(", "redisstore.(*backend).callAlone(", "redisstore.(*backend).deliver") > 0 {
+	// A goroutine not yet started shows only the function that made it
+	// (coalesce's gowrap for a flush), and a give-back is deliver's closure.
+	for goroutinesIn("redisstore.(*backend).coalesce", "redisstore.(*backend).flush(", "redisstore.(*backend).deliver") > 0 {
 		time.Sleep(100 * time.Microsecond)
 	}
 }
