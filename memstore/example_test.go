@@ -8,6 +8,7 @@ import (
 
 	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
+	"github.com/throttlekit/throttlekit-go/shaper/shapertest"
 )
 
 // A store holds the state of every shaper bound to it; Close stops its
@@ -73,7 +74,8 @@ func ExampleWithMaxKeys() {
 func ExampleStore_Sweep() {
 	store := memstore.New(memstore.WithSweepInterval(time.Hour))
 	defer store.Close()
-	s, err := shaper.New(store, shaper.Every(time.Millisecond))
+	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, err := shaper.New(store, shaper.Every(time.Millisecond), shaper.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
@@ -81,7 +83,7 @@ func ExampleStore_Sweep() {
 	if _, err := s.Reserve(ctx, "a", 1); err != nil {
 		panic(err)
 	}
-	time.Sleep(5 * time.Millisecond) // "a" goes idle; the store sees that instant with "b"
+	clock.Advance(5 * time.Millisecond) // "a" goes idle; the store sees that instant with "b"
 	if _, err := s.Reserve(ctx, "b", 1); err != nil {
 		panic(err)
 	}
