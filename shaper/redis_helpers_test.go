@@ -22,33 +22,20 @@ import (
 	"github.com/throttlekit/throttlekit-go/internal/timer"
 )
 
+// The Redis helpers every store's tests share (internal/redistest).
+const slowMachine = redistest.SlowMachine
+
+var (
+	redisClient    = redistest.DeadlineClient
+	nodeAndCluster = redistest.NodeAndCluster
+	timeless       = redistest.Timeless
+)
+
 // The Redis side of this package's tests: servers, the key layout as
 // docs/REDIS.md documents it (the store's own code is in package
 // redisstore, out of reach), and client hooks that make a run on a
 // simulated clock comparable with memory, hold a store's script calls, or
 // send each reservation through the batch script.
-
-// slowMachine is the store timeout of tests that check correctness, not
-// timeouts: under -race on two busy cores hundreds of concurrent calls queue
-// for the pool far longer than redisstore.DefaultTimeout, which would turn a
-// correctness check into a flaky timeout check.
-const slowMachine = 30 * time.Second
-
-// redisClient returns a client on a fresh redis-server that honours context
-// deadlines on the socket.
-func redisClient(t *testing.T) (*redistest.Server, *redis.Client) {
-	t.Helper()
-	srv := redistest.Start(t)
-	return srv, srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 })
-}
-
-// nodeAndCluster starts a Redis node and a 3-master cluster for a test on
-// a simulated clock, and returns a timeless client of each.
-func nodeAndCluster(t *testing.T) (single, cluster redis.UniversalClient) {
-	t.Helper()
-	_, node := redisClient(t)
-	return timeless(node), timeless(redistest.StartCluster(t).Client(t))
-}
 
 // The key layout (docs/REDIS.md, "Keys"): E escapes "\", "{" and "}"; T is
 // E with the empty key written `\e`; P escapes ":" as well.
@@ -110,53 +97,6 @@ func isScript(cmd redis.Cmder, sc *redis.Script) bool {
 		return hex.EncodeToString(h[:]) == sc.Hash()
 	}
 	return false
-}
-
-// timeless makes every script call on client drop, in the same MULTI,
-// the TTL of each key it names and of those keys' Ledger keys. Tests on a
-// simulated clock need it: the store sets TTLs in simulated milliseconds
-// (a pause of 3 ms, a window 1 ms from its end), and Redis expires keys on
-// its own clock, so on a loaded machine a key could expire in real time
-// before the next operation at the same simulated instant reads it, while
-// the memory store keeps it, and the two would differ for a reason that
-// is not the math. Persisting in a later call leaves that window open; in
-// the same transaction there is none.
-func timeless(client redis.UniversalClient) redis.UniversalClient {
-	client.AddHook(timelessHook{client})
-	return client
-}
-
-type timelessHook struct{ c redis.UniversalClient }
-
-func (timelessHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (timelessHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h timelessHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name := cmd.Name(); (name != "evalsha" && name != "eval") || len(args) < 3 {
-			return next(ctx, cmd)
-		}
-		n, _ := args[2].(int)
-		_, _ = h.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			_ = p.Process(ctx, cmd)
-			for _, k := range args[3 : 3+n] {
-				key := fmt.Sprint(k)
-				p.Persist(ctx, key)
-				if !strings.Contains(key, "{") { // a contract record: no TTL, no derived keys, no hash tag
-					continue
-				}
-				for _, suffix := range derivedSuffixes {
-					p.Persist(ctx, key+suffix)
-				}
-			}
-			return nil
-		})
-		return cmd.Err()
-	}
 }
 
 // gate is a client hook that can hold every script call at the client
