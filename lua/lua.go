@@ -85,4 +85,37 @@ var (
 	//
 	//go:embed contract.lua
 	Contract string
+
+	// PermitTake takes one lease of an in-flight key (a sorted set: lease
+	// ids scored by their expiry) if fewer than the limit are held, after
+	// dropping the leases whose expiry has come; an id already held is
+	// refreshed and taken again. KEYS: the in-flight key. ARGV: now in ms
+	// ("" reads Redis TIME), the limit, the lease in ms, the lease's id.
+	// Reply: "1" taken or "0" refused, the leases held after, the ms until
+	// the earliest expires ("inf": none).
+	//
+	//go:embed permit_take.lua
+	PermitTake string
+
+	// PermitRelease gives back one lease of an in-flight key if it holds the
+	// id, and then publishes the key on the channel. KEYS: the in-flight key.
+	// ARGV: the id, the channel. Reply: how many it removed ("0" or "1").
+	//
+	//go:embed permit_release.lua
+	PermitRelease string
+
+	// PermitRenew extends to now + lease the leases of an in-flight key that
+	// it still holds and that have not expired. KEYS: the in-flight key.
+	// ARGV: now in ms ("" reads Redis TIME), the lease in ms, then the ids.
+	// Reply: the ids lost (expired, or gone).
+	//
+	//go:embed permit_renew.lua
+	PermitRenew string
+
+	// PermitCount reads how many leases an in-flight key holds, expired
+	// ones aside, writing nothing. KEYS: the in-flight key. ARGV: now in ms
+	// ("" reads Redis TIME). Reply: the count.
+	//
+	//go:embed permit_count.lua
+	PermitCount string
 )

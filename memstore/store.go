@@ -114,6 +114,8 @@ type mem struct {
 	ns   map[string]memNamespace                // prefix -> its namespace
 	algs atomic.Pointer[[]algorithms.Algorithm] // namespace id -> algorithm, copy on write
 
+	permits permits // the in-flight dimension's leases (permits.go)
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once

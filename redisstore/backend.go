@@ -27,7 +27,8 @@ type backend struct {
 	err         error
 	slots       chan struct{} // one per call in flight: at most the client's pool size
 	health      *health.Tracker
-	lanes       *lanes // nil: every reservation makes its own call (see coalesce.go)
+	lanes       *lanes      // nil: every reservation makes its own call (see coalesce.go)
+	permits     permitState // the leases held and renewed, the release notices (permits.go)
 }
 
 var _ store.Backend = (*backend)(nil)

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -245,6 +246,69 @@ func (f *failover) Remote() bool { return f.redis.Remote() }
 
 // Watch is nil, as the Redis backend's.
 func (f *failover) Watch(string) *atomic.Uint64 { return nil }
+
+// TakePermit takes a lease on Redis. During an outage FailOpen grants an
+// Open lease, counting nothing, and FailLocal takes one of the twin's, at
+// the policy's share of the limit (at least 1).
+func (f *failover) TakePermit(ctx context.Context, p *store.Permit, id string, now float64) (store.Taken, error) {
+	t, err := f.redis.TakePermit(ctx, p, id, now)
+	if !outage(err) {
+		return t, err
+	}
+	f.degrade(ctx, "take_permit")
+	if f.local == nil {
+		return store.Taken{OK: true, Lease: store.Lease{ID: id, Open: true}, Expiry: math.Inf(1)}, nil
+	}
+	local := *p
+	local.Limit = max(1, int64(math.Floor(float64(p.Limit)*f.policy.share)))
+	if t, err = f.twins.TakePermit(ctx, &local, id, now); err != nil {
+		return t, err
+	}
+	if t.OK {
+		t.Lease.Local = true
+	}
+	return t, nil
+}
+
+// ReleasePermit gives a lease back where it was granted: an Open one
+// nowhere, a local one to the twin, the others to Redis (during an outage
+// the release is counted and dropped: the lease expires after its lease).
+func (f *failover) ReleasePermit(ctx context.Context, p *store.Permit, l store.Lease) error {
+	switch {
+	case l.Open:
+		return nil
+	case l.Local:
+		if f.local == nil {
+			return nil
+		}
+		return f.twins.ReleasePermit(ctx, p, l)
+	}
+	return f.absorb(ctx, "release_permit", f.redis.ReleasePermit(ctx, p, l))
+}
+
+// PermitsInUse reads Redis; during an outage FailLocal answers with the
+// twin's count, FailOpen reports the outage: there is no shared figure.
+func (f *failover) PermitsInUse(ctx context.Context, p *store.Permit, now float64) (int64, error) {
+	n, err := f.redis.PermitsInUse(ctx, p, now)
+	if !outage(err) || f.local == nil {
+		return n, err
+	}
+	return f.twins.PermitsInUse(ctx, p, now)
+}
+
+// Freed registers ch with Redis and, under FailLocal, with the twin, so
+// that the releases of either reach it; stop unregisters both.
+func (f *failover) Freed(p *store.Permit, ch chan<- struct{}) (stop func()) {
+	stopRedis := f.redis.Freed(p, ch)
+	if f.local == nil {
+		return stopRedis
+	}
+	stopLocal := f.twins.Freed(p, ch)
+	return func() {
+		stopRedis()
+		stopLocal()
+	}
+}
 
 // handoff keeps, per key, the end of the slots the FailLocal policy granted
 // while Redis was down (a TAT on this process's clock). Redis never saw

@@ -44,6 +44,7 @@ func escapePart(s string) string {
 //	dimension name: E(prefix) "{" T(tag) "}" P(name) ":" P(key)  state
 //	                E(prefix) "{" T(tag) "}" P(name) ":" P(key) ":p"  pause
 //
+// (an in-flight dimension's leases are in its state key + ":f": permitKey),
 // where E escapes "\", "{" and "}" (T is E, with "" written `\e` so that a
 // tag is never empty), and P escapes ":" as well: the first "{" opens the
 // tag, the first "}" after it closes it, a part after it never holds a raw
@@ -73,3 +74,21 @@ var derivedSuffixes = [...]string{":l", ":h", ":b", ":c", ":k"}
 // contractKey is the Redis key of prefix's live contract: the escaped
 // prefix and no hash tag, which no state key is (each has one).
 func contractKey(prefix string) string { return escape(prefix) + "contract" }
+
+// permitKey is the Redis key of p's in-flight leases: a sorted set of lease
+// ids scored by their expiry (ms on the scripts' clock), in the hash slot of
+// p.Slot. It is the state key of p's dimension and key (redisKeys, tagged
+// by p.Slot) followed by ":f", which no other kind ends with:
+//
+//	one contract:   E(prefix) "{" T(slot) "}:f"
+//	dimension name: E(prefix) "{" T(slot) "}" P(name) ":" P(key) ":f"
+//
+// A shaper of one contract passes its key as the slot (the key itself is
+// then not written again).
+func permitKey(p *store.Permit) string {
+	d := p.Dim
+	if d.Name != "" {
+		return escape(d.Base) + "{" + escapeTag(p.Slot) + "}" + escapePart(d.Name) + ":" + escapePart(p.Key) + ":f"
+	}
+	return escape(d.Base) + "{" + escapeTag(p.Slot) + "}:f"
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/internal/store"
 	"github.com/throttlekit/throttlekit-go/lua"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
@@ -46,6 +47,8 @@ func setUser(t *testing.T, nodes []*redistest.Server, rule []string, pattern str
 		switch {
 		case r == "~tk:*":
 			r = pattern
+		case r == "&tk:*": // the release channels (permits.go) live under the prefix too
+			r = "&" + strings.TrimPrefix(pattern, "~")
 		case strings.HasPrefix(r, ">"):
 			r = ">pw"
 		}
@@ -59,12 +62,14 @@ func setUser(t *testing.T, nodes []*redistest.Server, rule []string, pattern str
 }
 
 // The ACL rule docs/REDIS.md gives names exactly the commands the store
-// sends and its scripts run, and only the keys of the prefix.
+// sends and its scripts run, and only the keys and channels of the prefix.
 func TestTheDocumentedACLRuleIsExact(t *testing.T) {
 	t.Parallel()
 	rule, cluster := aclRules(t)
-	used := map[string]bool{"evalsha": true, "eval": true, "del": true, "pttl": true} // the store's own: scripts, Reset, a pause's time left
-	for _, src := range []string{lua.Lib, lua.Ledger, lua.Reserve, lua.ReserveGCRA, lua.GCRAAlone, lua.ReserveBatch, lua.Settle, lua.Status, lua.Pause, lua.Contract, lua.Clamp} {
+	used := map[string]bool{"evalsha": true, "eval": true, "del": true, "pttl": true, // the store's own: scripts, Reset, a pause's time left
+		"subscribe": true, "ping": true} // release notices (Freed), and go-redis's health check of that subscription
+	for _, src := range []string{lua.Lib, lua.Ledger, lua.Reserve, lua.ReserveGCRA, lua.GCRAAlone, lua.ReserveBatch, lua.Settle, lua.Status, lua.Pause, lua.Contract, lua.Clamp,
+		lua.PermitTake, lua.PermitRelease, lua.PermitRenew, lua.PermitCount} {
 		for _, m := range regexp.MustCompile(`redis\.p?call\('([A-Z]+)'`).FindAllStringSubmatch(src, -1) {
 			used[strings.ToLower(m[1])] = true
 		}
@@ -74,8 +79,9 @@ func TestTheDocumentedACLRuleIsExact(t *testing.T) {
 		switch {
 		case strings.HasPrefix(r, "+"):
 			granted[r[1:]] = true
-		case strings.HasPrefix(r, "~") && r != "~tk:*", strings.HasPrefix(r, "%"), strings.HasPrefix(r, "&"), r == "+@all", r == "allkeys", r == "allcommands":
-			t.Fatalf("the rule grants %q: more than the prefix's keys", r)
+		case strings.HasPrefix(r, "~") && r != "~tk:*", strings.HasPrefix(r, "%"), strings.HasPrefix(r, "&") && r != "&tk:*",
+			r == "+@all", r == "allkeys", r == "allcommands", r == "allchannels":
+			t.Fatalf("the rule grants %q: more than the prefix's keys and channels", r)
 		}
 	}
 	for c := range used {
@@ -88,15 +94,16 @@ func TestTheDocumentedACLRuleIsExact(t *testing.T) {
 			t.Errorf("the documented rule grants %s, which the store never uses", strings.ToUpper(c))
 		}
 	}
-	if !slices.Contains(rule, "-@all") || !slices.Contains(rule, "resetchannels") || cluster != "+cluster|slots" {
-		t.Fatalf("the rule must start from nothing (-@all, resetchannels), and a Cluster add only CLUSTER SLOTS: %v, %q", rule, cluster)
+	if !slices.Contains(rule, "-@all") || !slices.Contains(rule, "resetchannels") || !slices.Contains(rule, "&tk:*") || cluster != "+cluster|slots" {
+		t.Fatalf("the rule must start from nothing (-@all, resetchannels), grant the prefix's channels (&tk:*), and a Cluster add only CLUSTER SLOTS: %v, %q", rule, cluster)
 	}
 }
 
 // Through a user holding only the documented rule, the store works: the
 // whole cross-store conformance (the test adds MULTI, EXEC and PERSIST,
 // which its own harness uses, never the store), and on Redis TIME every
-// operation, on a node and on the 3-master cluster.
+// operation, on a node and on the 3-master cluster, in-flight permits
+// included (take, count, renewal, release and its notice).
 func TestRedisWorksThroughTheLeastPrivilegedUser(t *testing.T) {
 	t.Parallel()
 	rule, clusterRule := aclRules(t)
@@ -143,6 +150,25 @@ func TestRedisWorksThroughTheLeastPrivilegedUser(t *testing.T) {
 					t.Fatalf("%s, %s: %s: %v", name, sh.Name(), op, err)
 				}
 			}
+		}
+		holder, waiter := New(client, WithTimeout(slowMachine)), New(client, WithTimeout(slowMachine))
+		t.Cleanup(func() { _, _ = holder.Close(), waiter.Close() })
+		p := permitOf("tk:acl:", "calls", "k", 1, 300*time.Millisecond, nil)
+		ch := make(chan struct{}, 1)
+		t.Cleanup(store.Of(waiter).Freed(p, ch))
+		tk, err := store.Of(holder).TakePermit(bg, p, "id-"+name, 0)
+		if err != nil || !tk.OK {
+			t.Fatalf("%s: TakePermit: %+v %v", name, tk, err)
+		}
+		time.Sleep(400 * time.Millisecond) // past the lease: renewed meanwhile
+		if n, err := store.Of(waiter).PermitsInUse(bg, p, 0); err != nil || n != 1 || holder.LeasesLost() != 0 {
+			t.Fatalf("%s: PermitsInUse after a lease: %d %v (%d lost), want the lease renewed", name, n, err, holder.LeasesLost())
+		}
+		if err := store.Of(holder).ReleasePermit(bg, p, tk.Lease); err != nil {
+			t.Fatalf("%s: ReleasePermit: %v", name, err)
+		}
+		if !noticed(ch, 2*time.Second) {
+			t.Fatalf("%s: the release was not announced", name)
 		}
 	}
 }

@@ -9,11 +9,22 @@ import (
 
 // keyTuple is what a Redis key must identify: the shaper's prefix, the
 // dimension's name ("" for a shaper of one contract), the hash tag (the
-// first dimension's key), the dimension's key, and the kind (state or pause).
+// first dimension's key), the dimension's key, and the kind.
 type keyTuple struct {
 	base, name, tag, key string
-	pause                bool
+	kind                 keyKind
 }
+
+// keyKind is a kind of key: a state key, a pause key, an in-flight key
+// (permitKey), or a key the scripts derive from a state key (derivedSuffixes).
+type keyKind uint8
+
+const (
+	stateKind keyKind = iota
+	pauseKind
+	inFlightKind
+	kinds = inFlightKind + 1 + keyKind(len(derivedSuffixes))
+)
 
 func (k keyTuple) redisKey() string {
 	d := &store.Dim{Base: k.base, Name: k.name}
@@ -21,9 +32,15 @@ func (k keyTuple) redisKey() string {
 	if k.name == "" {
 		tag = k.key // a shaper of one contract hashes on its own key
 	}
+	if k.kind == inFlightKind {
+		return permitKey(&store.Permit{Dim: d, Key: k.key, Slot: tag})
+	}
 	keys := redisKeys(store.KeySet{Dims: []*store.Dim{d}, Keys: []string{k.key}, Slot: tag})
-	if k.pause {
+	switch {
+	case k.kind == pauseKind:
 		return keys[1]
+	case k.kind > inFlightKind:
+		return keys[0] + derivedSuffixes[k.kind-inFlightKind-1]
 	}
 	return keys[0]
 }
@@ -43,21 +60,25 @@ func hashTag(k string) string {
 }
 
 // The mapping from (prefix, dimension, hash tag, key, kind) to a Redis key
-// is one to one, and the cluster slot is chosen by the tag alone: no key,
+// is one to one, over every kind (state, pause, in-flight, and the keys the
+// scripts derive), and the cluster slot is chosen by the tag alone: no key,
 // name or prefix, however hostile, can share another's Redis key or choose
 // its own slot. Before the fix a user "x:p" had user "x"'s pause key.
 func FuzzRedisKeysAreInjective(f *testing.F) {
-	hostile := []string{"", "x", "x:p", ":p", "p", "a:b", "{", "}", "{x}", `\`, `\(`, `\;`, ":", "}:p", "x\\", "ключ"}
+	hostile := []string{"", "x", "x:p", ":p", "p", "a:b", "{", "}", "{x}", `\`, `\(`, `\;`, ":", "}:p", "x\\", "ключ", "x:f", ":f", "}:f"}
 	for i, a := range hostile {
 		b := hostile[(i+3)%len(hostile)]
-		f.Add("tk:n:", "user", a, b, false, "tk:n:", "user", a, b+":p", true)
-		f.Add("tk:n:", "", a, a, false, "tk:n:", "", a+":p", a+":p", true)
-		f.Add("tk:n:", "a", "t", a+":b", false, "tk:n:", "a:"+a, "t", "b", false)
-		f.Add("tk:{"+a, "", b, b, true, "tk:", "", "{"+a+"}"+b, b, false)
+		f.Add("tk:n:", "user", a, b, uint8(stateKind), "tk:n:", "user", a, b+":p", uint8(pauseKind))
+		f.Add("tk:n:", "", a, a, uint8(stateKind), "tk:n:", "", a+":p", a+":p", uint8(pauseKind))
+		f.Add("tk:n:", "a", "t", a+":b", uint8(stateKind), "tk:n:", "a:"+a, "t", "b", uint8(stateKind))
+		f.Add("tk:{"+a, "", b, b, uint8(pauseKind), "tk:", "", "{"+a+"}"+b, b, uint8(stateKind))
+		f.Add("tk:n:", "user", a, b, uint8(inFlightKind), "tk:n:", "user", a, b+":f", uint8(stateKind))
+		f.Add("tk:n:", "", a, a, uint8(inFlightKind), "tk:n:", "", a+":f", a+":f", uint8(stateKind))
+		f.Add("tk:n:", "f", a, b, uint8(inFlightKind), "tk:n:", "", "f", "f", uint8(i)%uint8(kinds))
 	}
-	f.Fuzz(func(t *testing.T, base1, name1, tag1, key1 string, pause1 bool, base2, name2, tag2, key2 string, pause2 bool) {
-		a := keyTuple{base1, name1, tag1, key1, pause1}
-		b := keyTuple{base2, name2, tag2, key2, pause2}
+	f.Fuzz(func(t *testing.T, base1, name1, tag1, key1 string, kind1 uint8, base2, name2, tag2, key2 string, kind2 uint8) {
+		a := keyTuple{base1, name1, tag1, key1, keyKind(kind1) % kinds}
+		b := keyTuple{base2, name2, tag2, key2, keyKind(kind2) % kinds}
 		if a.name == "" {
 			a.tag = a.key
 		}

@@ -154,8 +154,12 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	return s
 }
 
-// Close stops FailLocal's in-memory store; the caller owns and closes the client.
+// Close stops renewing the in-flight leases this store holds (each then
+// expires after its lease), its subscription to release notices, and
+// FailLocal's in-memory store; no goroutine of the store outlives it. The
+// caller owns and closes the client.
 func (s *Store) Close() error {
+	s.r.closePermits()
 	if s.f != nil && s.f.local != nil {
 		return s.f.local.Close()
 	}
@@ -169,6 +173,13 @@ func (s *Store) Degraded() uint64 {
 	}
 	return s.f.degraded.Load()
 }
+
+// LeasesLost returns how many in-flight leases this process held that
+// expired before it renewed them (a stall longer than the lease, or Redis
+// out of reach for that long): another process may have been granted the
+// permit meanwhile, so the limit may have been exceeded while the request
+// ran.
+func (s *Store) LeasesLost() uint64 { return s.r.permits.leases.lost.Load() }
 
 // Error reports Redis failing under FailClosed or, under every policy, a
 // client that cannot work as configured (a wrong password, a missing

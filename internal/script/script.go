@@ -49,6 +49,18 @@ var (
 	// Contract reads (no ARGV) or changes (identity, field, value) a
 	// prefix's live contract; it replies with the record as HGETALL does.
 	Contract = redis.NewScript(lua.Contract)
+	// PermitTake takes one lease of an in-flight key (now, limit, lease ms
+	// and id; ParseTake).
+	PermitTake = redis.NewScript(lua.Lib + lua.PermitTake)
+	// PermitRelease gives back one lease and announces it (id, channel);
+	// it replies how many it removed.
+	PermitRelease = redis.NewScript(lua.Lib + lua.PermitRelease)
+	// PermitRenew extends the leases still held (now, lease ms, ids); it
+	// replies with the ids lost.
+	PermitRenew = redis.NewScript(lua.Lib + lua.PermitRenew)
+	// PermitCount reads how many leases an in-flight key holds (now); it
+	// replies with the count.
+	PermitCount = redis.NewScript(lua.Lib + lua.PermitCount)
 )
 
 // Float formats x as the scripts read it: exactly, in at most 17 significant digits.
@@ -426,4 +438,48 @@ func lenOf(v any) int {
 		return len(items)
 	}
 	return -1
+}
+
+// TakeReply is PermitTake's answer.
+type TakeReply struct {
+	OK     bool
+	InUse  int64   // leases held after the call
+	Expiry float64 // ms until the earliest held lease expires (+Inf: none)
+}
+
+// ParseTake reads PermitTake's reply, checking every element.
+func ParseTake(v any) (TakeReply, error) {
+	items, ok := v.([]any)
+	if !ok || len(items) != 3 {
+		return TakeReply{}, fmt.Errorf("throttlekit: unexpected take_permit reply %v", v)
+	}
+	var s [3]string
+	for i, it := range items {
+		if s[i], ok = it.(string); !ok {
+			return TakeReply{}, fmt.Errorf("throttlekit: take_permit reply element %d is %T, want a string", i, it)
+		}
+	}
+	if s[0] != "0" && s[0] != "1" {
+		return TakeReply{}, fmt.Errorf("throttlekit: take_permit reply %q", s)
+	}
+	r := TakeReply{OK: s[0] == "1"}
+	var err error
+	if r.InUse, err = ParseCount(s[1]); err != nil {
+		return TakeReply{}, err
+	}
+	if r.Expiry, err = strconv.ParseFloat(s[2], 64); err != nil || r.Expiry != r.Expiry {
+		return TakeReply{}, fmt.Errorf("throttlekit: take_permit reply %q: the expiry is not a number", s)
+	}
+	return r, nil
+}
+
+// ParseCount reads a count the permit scripts reply with (fmt of a whole
+// number of at least 0).
+func ParseCount(v any) (int64, error) {
+	s, ok := v.(string)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if !ok || err != nil || n < 0 {
+		return 0, fmt.Errorf("throttlekit: unexpected count %v in a permit script's reply", v)
+	}
+	return n, nil
 }

@@ -64,6 +64,8 @@ type Backend interface {
 	// nil when the store cannot tell (the shaper then reads the record in
 	// the background, every refresh interval).
 	Watch(prefix string) *atomic.Uint64
+	// Permits: the in-flight dimension's leases.
+	Permits
 }
 
 // OneKey is the capability of a store that decides one dimension on one
