@@ -18,6 +18,9 @@ func (s *Shaper) check(ctx context.Context, c *contract, key string, cost int64)
 		return time.Time{}, err
 	}
 	if cost < 1 {
+		if len(c.dims) == 0 { // nothing but an in-flight dimension
+			return time.Time{}, &CostError{Algorithm: "in-flight", Cost: cost, Reason: "must be >= 1", Key: key, Dimension: s.flight.dim.Name}
+		}
 		return time.Time{}, &CostError{Algorithm: c.dims[0].Alg.Name(), Cost: cost, Reason: "must be >= 1", Key: key, Dimension: c.dims[0].Name}
 	}
 	return s.cfg.clock.Now(), nil

@@ -26,6 +26,9 @@ func (s *Shaper) Clamp(ctx context.Context, key string, remaining int64, reset t
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if s.rateless { // nothing but permits: no pace to clamp
+		return nil
+	}
 	if reset > MaxPause {
 		return &ConfigError{Algorithm: "shaper", Field: "Clamp", Value: reset, Reason: fmt.Sprintf("the reset must be at most %v", MaxPause)}
 	}

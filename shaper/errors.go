@@ -70,16 +70,23 @@ func (e *RateError) Error() string {
 func (e *RateError) Unwrap() error { return ErrInvalidConfig }
 
 // QueueFullError reports a request refused at once because its wait would
-// exceed MaxQueue; nothing was consumed. It matches ErrQueueFull.
+// exceed MaxQueue, or, when InFlight, because no permit of the in-flight
+// dimension was free and the request could not wait for one (Reserve, or
+// Acquire with the key's waiting room full: Dimension.MaxWaiting); nothing
+// was consumed. It matches ErrQueueFull.
 type QueueFullError struct {
 	Key       string
 	Dimension string        // the binding dimension ("pause" for a pause; "" for one contract)
-	Delay     time.Duration // the wait the request would have needed
+	Delay     time.Duration // the wait the request would have needed (0 when InFlight: unknown)
 	MaxQueue  time.Duration // the shaper's; 0 for algorithms that never queue
+	InFlight  bool          // the in-flight dimension bound: every permit was held
 }
 
 // Error says which key, how long the wait would have been, and the limit.
 func (e *QueueFullError) Error() string {
+	if e.InFlight {
+		return fmt.Sprintf("throttlekit: key %q: every in-flight permit of dimension %q is held and the request cannot wait for one", e.Key, e.Dimension)
+	}
 	return fmt.Sprintf("throttlekit: key %q would wait %v, more than the maximum queue of %v", e.Key, e.Delay, e.MaxQueue)
 }
 

@@ -282,3 +282,37 @@ func ExampleShaper_Clamp() {
 	// leave in 6s
 	// leave in 6.1s
 }
+
+// An in-flight dimension beside a rate: at most 2 calls open at once, 100
+// starting per second. A third Reserve finds every permit held and is
+// refused at once (Acquire would wait for a release); releasing one lets
+// the next request in.
+func ExampleReservation_Release() {
+	store := memstore.New()
+	defer store.Close()
+	s, err := shaper.All(store, []shaper.Dimension{
+		{Name: "rate", Rate: shaper.PerSecond(100).WithBurst(10)},
+		{Name: "open", InFlight: 2},
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	a, _ := s.Acquire(ctx, "account-42", 1)
+	b, _ := s.Acquire(ctx, "account-42", 1)
+	_, err = s.Reserve(ctx, "account-42", 1)
+	var full *shaper.QueueFullError
+	fmt.Println(errors.As(err, &full) && full.InFlight, full.Dimension)
+
+	_ = a.Release(ctx) // the call a paced has ended
+	_ = a.Release(ctx) // releasing again does nothing
+	c, err := s.Reserve(ctx, "account-42", 1)
+	fmt.Println(err)
+	st, _ := s.Status(ctx, "account-42", 1)
+	fmt.Println(st.Dimensions[0].Name, st.Dimensions[0].InFlight, "in flight")
+	_, _ = b.Release(ctx), c.Release(ctx)
+	// Output:
+	// true open
+	// <nil>
+	// open 2 in flight
+}

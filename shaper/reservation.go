@@ -18,16 +18,17 @@ type Reservation struct {
 	// Delay is how long to wait before departing; 0 means at once.
 	Delay time.Duration
 
-	s     *Shaper
-	c     *contract // the contract it was granted under: it gives back under that one
-	now   time.Time // when it was granted: it departs at now + Delay
-	rem   int64     // Remaining
-	key   string
-	cost  int64
-	g     store.Grant // the single-key branch's: what gives it back (see store.Settlement)
-	m     *store.Request
-	local bool // granted by the Redis store's failure policy
-	done  bool
+	s      *Shaper
+	c      *contract // the contract it was granted under: it gives back under that one
+	now    time.Time // when it was granted: it departs at now + Delay
+	rem    int64     // Remaining
+	key    string
+	cost   int64
+	g      store.Grant // the single-key branch's: what gives it back (see store.Settlement)
+	m      *store.Request
+	local  bool // granted by the Redis store's failure policy
+	done   bool
+	permit *hold // the in-flight permit it holds (nil: none), shared by its copies
 }
 
 // Time returns the departure instant, on Clock. A Reservation no shaper
@@ -61,13 +62,14 @@ func (r *Reservation) Clock() Clock {
 // depart. What the key's schedule can take back without breaking the
 // contract it takes (all of it when nothing was reserved after it); on a
 // shaper of one contract, the rest is handed to the next reservation that
-// can depart at that very instant. After the slot's time it does nothing
-// (the caller may have departed), and the reservation can still be settled
-// with what it used. A done ctx returns ctx.Err() and changes nothing. A
+// can depart at that very instant; an in-flight permit it holds is released.
+// After the slot's time it does nothing (the caller may have departed), and
+// the reservation can still be settled with what it used, and must still
+// be released. A done ctx returns ctx.Err() and changes nothing. A
 // reservation is cancelled or settled once; only the leaky bucket and GCRA
 // give back.
-func (r *Reservation) Cancel(ctx context.Context) error {
-	if r.s == nil || r.done {
+func (r *Reservation) Cancel(ctx context.Context) (err error) {
+	if r.s == nil || r.done && r.permit == nil {
 		return nil
 	}
 	if err := ctx.Err(); err != nil { // nothing happens: a later call may still cancel
@@ -75,6 +77,17 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	}
 	if r.s.cfg.clock.Now().After(r.Time()) { // the caller may have departed: Settle still can
 		return nil
+	}
+	if r.permit != nil { // it will not depart: nor will it hold a permit
+		perr := r.permit.release(ctx)
+		if r.done {
+			return perr
+		}
+		defer func() {
+			if err == nil {
+				err = perr
+			}
+		}()
 	}
 	r.done = true
 	if err := r.giveBack(ctx, "cancel", -1); err != nil {

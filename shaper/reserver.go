@@ -32,11 +32,18 @@ type (
 	Clamper interface {
 		Clamp(ctx context.Context, key string, remaining int64, reset time.Duration) error
 	}
+	// PermitHolder tells whether a key's reservations hold an in-flight
+	// permit (Shaper.HoldsPermits): its caller acquires with Acquire
+	// instead of Wait and releases when the call ends.
+	PermitHolder interface {
+		HoldsPermits(key string) bool
+	}
 )
 
 var (
 	_ Acquirer     = (*Shaper)(nil)
 	_ StatusReader = (*Shaper)(nil)
 	_ Clamper      = (*Shaper)(nil)
+	_ PermitHolder = (*Shaper)(nil)
 	_ Reserver     = (*Shaper)(nil)
 )

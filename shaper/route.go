@@ -67,6 +67,17 @@ func (r *router) Acquire(ctx context.Context, key string, cost int64) (Reservati
 	return Reservation{}, to.Wait(ctx, key, cost)
 }
 
+// HoldsPermits reports whether the Reserver key routes to holds permits
+// (see Shaper.HoldsPermits); one without the method holds none.
+func (r *router) HoldsPermits(key string) bool {
+	to, err := r.to(key)
+	if err != nil {
+		return false
+	}
+	h, ok := to.(PermitHolder)
+	return ok && h.HoldsPermits(key)
+}
+
 // Pause pauses key on the Reserver it routes to.
 func (r *router) Pause(ctx context.Context, key string, d time.Duration) error {
 	to, err := r.to(key)

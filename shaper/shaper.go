@@ -31,6 +31,25 @@ type Dimension struct {
 	// cluster slot. Unmarked, it is the one dimension with a Key mapping (or
 	// the caller's key when none maps); All refuses two mappings unmarked.
 	Slot bool
+
+	// InFlight, when > 0, makes this an in-flight dimension instead of a
+	// rate (Rate and Cost unset): at most InFlight requests hold a permit
+	// of its key at once, fleet-wide on a Redis store. A request takes a
+	// permit when it is granted (waiting for one in Acquire, never in
+	// Reserve), then its slot in the other dimensions, and holds the
+	// permit until it is released (Reservation.Release). A shaper has at
+	// most one in-flight dimension, alone or beside rates (All, not Any);
+	// it is never the Slot dimension. docs/INFLIGHT.md says more.
+	InFlight int64
+	// Lease is how long a permit outlives a process that died holding it,
+	// on a Redis store, which renews the leases of a live process every
+	// third of it (0: DefaultLease; at least MinLease). A memory store's
+	// permits die with their process.
+	Lease time.Duration
+	// MaxWaiting caps the requests of one process waiting for a permit of
+	// one key, in arrival order (0: DefaultMaxWaiting); past it Acquire is
+	// refused at once with a *QueueFullError naming the dimension.
+	MaxWaiting int
 }
 
 // Shaper paces requests per key against a contract: every request reserves a
@@ -54,6 +73,9 @@ type Shaper struct {
 	single bool // one dimension, no Key or Cost mapping
 	any    bool // Any: a dimension admitting is enough (algorithms.AnyWithin)
 	slot   *dim // the dimension whose key is the hash slot (nil: the caller's key); see Dimension.Slot
+
+	flight   *flight // the in-flight dimension (nil: none); see inflight.go
+	rateless bool    // no dimension but the in-flight one
 
 	liveState // changing the contract while it runs (live.go)
 }
@@ -147,16 +169,38 @@ func combine(store Store, dims []Dimension, opts []Option, any bool) (*Shaper, e
 	if len(dims) > MaxDimensions {
 		return nil, &ConfigError{Algorithm: "shaper", Field: "Dimensions", Value: len(dims), Reason: fmt.Sprintf("a shaper combines at most %d (MaxDimensions)", MaxDimensions)}
 	}
-	seen := map[string]bool{}
-	marked, mapped := 0, 0
+	rates := 0 // the rate dimensions: names tell their keys apart
 	for _, d := range dims {
+		if d.InFlight == 0 {
+			rates++
+		}
+	}
+	seen := map[string]bool{}
+	marked, mapped, flights := 0, 0, 0
+	for _, d := range dims {
+		if d.InFlight != 0 {
+			flights++
+			switch {
+			case flights > 1:
+				return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.InFlight", Value: d.Name, Reason: "a shaper has at most one in-flight dimension"}
+			case any:
+				return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.InFlight", Value: d.Name, Reason: "Any cannot hold a permit for a dimension that did not admit: combine an in-flight dimension with All"}
+			case d.Slot:
+				return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.Slot", Value: d.Name, Reason: "an in-flight dimension is never the slot dimension (its permits live under their own key)"}
+			}
+			if seen[d.Name] {
+				return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.Name", Value: d.Name, Reason: "names must be unique"}
+			}
+			seen[d.Name] = true
+			continue
+		}
 		if d.Slot {
 			marked++
 		}
 		if d.Key != nil {
 			mapped++
 		}
-		if len(dims) > 1 && d.Name == "" {
+		if rates > 1 && d.Name == "" {
 			return nil, &ConfigError{Algorithm: "shaper", Field: "Dimension.Name", Value: `""`, Reason: "every dimension of a multi-dimension shaper needs a name"}
 		}
 		if seen[d.Name] {
@@ -196,8 +240,15 @@ func newShaper(st Store, dims []Dimension, opts []Option) (*Shaper, error) {
 	b := store.Of(st)
 	s := &Shaper{cfg: cfg, store: b, queues: cfg.alg.kind == kindLeaky, remote: b.Remote()}
 	s.one, _ = b.(store.OneKey)
+	var err error
 	base := &contract{maxQueue: cfg.maxQueue}
 	for _, spec := range dims {
+		if spec.InFlight != 0 {
+			if s.flight, err = newFlight(&s.cfg, spec); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		d, err := newDim(&s.cfg, spec, spec.Rate, cfg.maxQueue)
 		if err != nil {
 			return nil, err
@@ -215,6 +266,7 @@ func newShaper(st Store, dims []Dimension, opts []Option) (*Shaper, error) {
 	slices.SortFunc(base.dims, func(a, b *dim) int { return strings.Compare(a.Name, b.Name) })
 	base.index()
 	s.single = len(base.dims) == 1 && base.dims[0].key == nil && base.dims[0].cost == nil
+	s.rateless = len(base.dims) == 0
 	s.startLive(base)
 	return s, nil
 }
@@ -411,7 +463,14 @@ func (s *Shaper) queueFull(c *contract, key string, retryAfter time.Duration, bi
 // Reserve reserves a slot for cost units on key and returns at once. With the
 // leaky bucket, Delay says how long to wait; the other algorithms admit (Delay
 // 0) or refuse. A refusal is a *QueueFullError and consumes nothing.
+//
+// With an in-flight dimension it takes a permit first, only if one is free
+// and no request of this process waits for one (else a *QueueFullError
+// with InFlight set); the reservation holds it until Release.
 func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservation, error) {
+	if s != nil && s.flight != nil {
+		return s.holding(ctx, key, cost, false)
+	}
 	return s.reserve(ctx, key, cost, noLimit)
 }
 
@@ -450,10 +509,15 @@ func (s *Shaper) reserve(ctx context.Context, key string, cost int64, limit floa
 	return Reservation{Delay: dec.Delay, s: s, c: c, now: now, rem: dec.Remaining, key: key, cost: cost, g: g, local: local, m: m, done: m == nothingToLimit}, nil
 }
 
-// Allow admits cost units on key only if they may depart now; it never waits.
+// Allow admits cost units on key only if they may depart now; it never
+// waits. A shaper with an in-flight dimension refuses it with a
+// *ConfigError: use Reserve, whose reservation can be released.
 func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error) {
 	if s == nil {
 		return false, errNilShaper
+	}
+	if s.flight != nil {
+		return false, s.errHoldsPermits()
 	}
 	var dec algorithms.Decision
 	_, _, _, _, err := s.decide(ctx, s.live(), key, cost, true, noLimit, &dec)
@@ -467,6 +531,9 @@ func (s *Shaper) Reset(ctx context.Context, key string) error {
 	}
 	if err := ctx.Err(); err != nil { // a done ctx erases nothing
 		return err
+	}
+	if s.rateless { // nothing but permits, which a request holds until it releases
+		return nil
 	}
 	ks, err := s.keys(key)
 	if err != nil {
@@ -491,6 +558,9 @@ func (s *Shaper) Pause(ctx context.Context, key string, d time.Duration) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s.rateless { // nothing but permits, which a request holds until it releases
+		return nil
 	}
 	if d <= 0 {
 		return nil

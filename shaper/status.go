@@ -46,6 +46,8 @@ type DimensionStatus struct {
 	Remaining int64     // units that could depart at once, in the dimension's units, pauses aside; at most 1 on a dimension the request departs on while a partner's clamp holds a key it departs on (see Status)
 	Next      time.Time // when the request's cost in this dimension could depart, pauses and clamps' slots aside (the read's instant for a dimension the request leaves out)
 	ResetAt   time.Time // when the dimension's key is back to cold, pauses aside: never before the end of a partner's clamp on it
+	InFlight  int64     // an in-flight dimension's permits held on the key, fleet-wide (0 for a rate)
+	Waiting   int       // an in-flight dimension's requests of this process waiting for a permit of the key
 }
 
 // Status reports key's standing for a request of cost, without consuming
@@ -64,10 +66,23 @@ type DimensionStatus struct {
 // 1) once the slot has come and 0 before it, on every dimension the
 // request departs on (under Any, those that would commit); the key is not
 // cold (ResetAt) before the clamp's reset.
+//
+// An in-flight dimension reports the permits held on its key fleet-wide
+// (InFlight), the requests of this process waiting for one (Waiting), and
+// as Remaining the permits free; with none free it binds (Remaining 0), and
+// its Next is zero: when a permit frees is not known.
 func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, error) {
 	if s == nil {
 		return Status{}, errNilShaper
 	}
+	if s.flight != nil {
+		return s.statusHolding(ctx, key, cost)
+	}
+	return s.status(ctx, key, cost)
+}
+
+// status is Status for the dimensions of rate.
+func (s *Shaper) status(ctx context.Context, key string, cost int64) (Status, error) {
 	c := s.live()
 	now, err := s.check(ctx, c, key, cost)
 	if err != nil {
@@ -148,4 +163,45 @@ func (r *router) Status(ctx context.Context, key string, cost int64) (Status, er
 		return st.Status(ctx, key, cost)
 	}
 	return Status{}, &ConfigError{Algorithm: "route", Field: "pick", Value: fmt.Sprintf("%T", to), Reason: "the Reserver picked for the key has no Status method"}
+}
+
+// statusHolding is Status on a shaper with an in-flight dimension: the
+// dimensions of rate as status reads them, and the permits beside them.
+func (s *Shaper) statusHolding(ctx context.Context, key string, cost int64) (Status, error) {
+	if err := s.validate(ctx, s.live(), key, cost); err != nil {
+		return Status{}, err
+	}
+	f := s.flight
+	p, err := f.permit(key)
+	if err != nil {
+		return Status{}, err
+	}
+	st := startStore(ctx)
+	now := s.cfg.clock.Now()
+	inUse, err := s.store.PermitsInUse(ctx, &p, algorithms.Millis(now))
+	st.done("permits_in_use", err)
+	if err != nil {
+		return Status{}, err
+	}
+	out := Status{Next: now, ResetAt: now}
+	if !s.rateless {
+		if out, err = s.status(ctx, key, cost); err != nil {
+			return Status{}, err
+		}
+	}
+	ds := DimensionStatus{Name: f.dim.Name, Key: p.Key, Remaining: max(f.limit-inUse, 0), Next: now, InFlight: inUse, Waiting: f.waiting(p.Key)}
+	if inUse == 0 {
+		ds.ResetAt = now
+	}
+	if ds.Remaining == 0 {
+		ds.Next = time.Time{}
+		if out.Binding != "pause" {
+			out.Binding, out.Remaining = ds.Name, 0
+		}
+	} else if s.rateless {
+		out.Binding, out.Remaining = ds.Name, ds.Remaining
+	}
+	i, _ := slices.BinarySearchFunc(out.Dimensions, ds.Name, func(d DimensionStatus, name string) int { return cmp.Compare(d.Name, name) })
+	out.Dimensions = slices.Insert(out.Dimensions, i, ds)
+	return out, nil
 }

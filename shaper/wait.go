@@ -16,7 +16,13 @@ import (
 // whose key is paused while it sleeps takes a new slot after the pause. For
 // algorithms other than the leaky bucket, Wait sleeps until the request
 // would be admitted and retries, for at most MaxQueue.
+//
+// A shaper with an in-flight dimension refuses Wait with a *ConfigError:
+// use Acquire, whose reservation can be released.
 func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
+	if s != nil && s.flight != nil {
+		return s.errHoldsPermits()
+	}
 	_, err := s.Acquire(ctx, key, cost)
 	return err
 }
@@ -30,10 +36,26 @@ func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
 //
 // For the algorithms that do not queue it returns the admission it got
 // (Delay 0), which can be settled too.
+//
+// With an in-flight dimension it first waits for a permit of key, in
+// arrival order among the requests of this process, woken when one is
+// released anywhere in the fleet; it holds no slot of the other
+// dimensions while it waits, and takes its slot once it has a permit. The
+// wait ends with ctx, or at once with a *QueueFullError (InFlight set) when
+// Dimension.MaxWaiting requests already wait. The reservation holds the
+// permit until Release (see Reservation.Release).
 func (s *Shaper) Acquire(ctx context.Context, key string, cost int64) (Reservation, error) {
 	if s == nil {
 		return Reservation{}, errNilShaper
 	}
+	if s.flight != nil {
+		return s.holding(ctx, key, cost, true)
+	}
+	return s.acquire(ctx, key, cost)
+}
+
+// acquire is Acquire for the dimensions of rate.
+func (s *Shaper) acquire(ctx context.Context, key string, cost int64) (Reservation, error) {
 	if !s.queues {
 		return s.waitRetry(ctx, key, cost)
 	}

@@ -57,3 +57,9 @@ func TestTheMemoryStoreMatchesItself(t *testing.T) {
 	Conformance(t, Candidate{Name: "memory", New: memory})
 	Edges(t, Candidate{Name: "memory", New: memory})
 }
+
+// The in-flight scenario runs on the memory store against itself, so that
+// its transcript is deterministic (InFlight compares two runs).
+func TestTheInFlightScenarioIsDeterministic(t *testing.T) {
+	InFlight(t, Candidate{Name: "memory", New: memory})
+}

@@ -21,6 +21,12 @@ type Hooks struct {
 	// Degraded is called when the Redis store's failure policy served an
 	// operation because Redis could not; op is named as for StoreDone.
 	Degraded func(ctx context.Context, op string)
+	// PermitTaken is called when a request takes an in-flight permit,
+	// with how long it waited for one (0 when one was free).
+	PermitTaken func(ctx context.Context, waited time.Duration)
+	// PermitReleased is called when that permit is released, with the ctx
+	// of the call that took it (no longer cancelled with it).
+	PermitReleased func(ctx context.Context)
 }
 
 type key struct{}

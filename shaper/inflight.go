@@ -1,0 +1,375 @@
+package shaper
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/store"
+	"github.com/throttlekit/throttlekit-go/internal/trace"
+)
+
+// DefaultLease is how long an in-flight permit outlives a process that died
+// holding it, on a shared store, unless Dimension.Lease says otherwise.
+const DefaultLease = 10 * time.Second
+
+// MinLease is the shortest Dimension.Lease accepted: a Redis store renews
+// the leases its process holds every third of a lease.
+const MinLease = 100 * time.Millisecond
+
+// DefaultMaxWaiting is how many requests may wait for a permit of one key
+// in one process, unless Dimension.MaxWaiting says otherwise.
+const DefaultMaxWaiting = 1024
+
+// recheck is the longest a waiter for a permit on a shared store waits for
+// a release notice before it asks again: a notice lost while the store's
+// subscription reconnected costs at most this much.
+const recheck = time.Second
+
+// flight is a shaper's in-flight dimension: its permits, and per key the
+// requests of this process waiting for one, in arrival order.
+type flight struct {
+	dim        store.Dim // what the store reads: Name, Base, Prefix
+	key        func(string) string
+	limit      int64
+	lease      time.Duration
+	maxWaiting int
+
+	mu    sync.Mutex
+	rooms map[string]*room
+}
+
+// room is the waiting room of one key: waiters[0] is the head, the one
+// waiter that asks the store; the others wait for their turn, so a release
+// wakes one request of the process, not all of them, and they are served
+// in order (no barging: a request that finds a room waits in it).
+type room struct {
+	waiters []*waiter
+	notify  chan struct{} // a permit of the key may have freed (store.Permits.Freed)
+	stop    func()
+}
+
+type waiter struct{ turn chan struct{} } // closed when it becomes the head
+
+// newFlight checks spec, an in-flight dimension, and returns it.
+func newFlight(cfg *config, spec Dimension) (*flight, error) {
+	bad := func(field string, v any, why string) error {
+		return &ConfigError{Algorithm: "in-flight", Field: "Dimension." + field, Value: v, Reason: why}
+	}
+	switch {
+	case spec.InFlight < 1 || spec.InFlight > MaxInFlight:
+		return nil, bad("InFlight", spec.InFlight, fmt.Sprintf("must be in [1, %d]", MaxInFlight))
+	case spec.Lease != 0 && (spec.Lease < MinLease || spec.Lease > MaxPause):
+		return nil, bad("Lease", spec.Lease, fmt.Sprintf("must be 0 (DefaultLease) or in [%v, %v]", MinLease, MaxPause))
+	case spec.MaxWaiting < 0:
+		return nil, bad("MaxWaiting", spec.MaxWaiting, "must be >= 0 (0: DefaultMaxWaiting)")
+	case spec.Rate != Rate{}:
+		return nil, bad("Rate", spec.Rate, "an in-flight dimension has no rate: give the rate its own dimension")
+	case spec.Cost != nil:
+		return nil, bad("Cost", "func", "every request holds one permit: an in-flight dimension has no Cost")
+	}
+	f := &flight{key: spec.Key, limit: spec.InFlight, lease: cmpOr(spec.Lease, DefaultLease), maxWaiting: cmpOr(spec.MaxWaiting, DefaultMaxWaiting), rooms: map[string]*room{}}
+	f.dim = store.Dim{Name: spec.Name, Base: cfg.prefix, Prefix: cfg.prefix, Identity: fmt.Sprintf("in-flight %d", spec.InFlight), Clock: cfg.clock}
+	if spec.Name != "" {
+		f.dim.Prefix += spec.Name + ":"
+	}
+	return f, nil
+}
+
+func cmpOr[T comparable](a, b T) T {
+	var zero T
+	if a != zero {
+		return a
+	}
+	return b
+}
+
+// MaxInFlight is the largest Dimension.InFlight accepted.
+const MaxInFlight = 1 << 20
+
+// permit returns the store's name of key's permits.
+func (f *flight) permit(key string) (store.Permit, error) {
+	k := key
+	if f.key != nil {
+		k = f.key(key)
+		if err := checkKey(k); err != nil {
+			return store.Permit{}, err
+		}
+	}
+	return store.Permit{Dim: &f.dim, Key: k, Slot: k, Limit: f.limit, Lease: algorithms.DurationMillis(f.lease)}, nil
+}
+
+// hold is a permit held by a reservation and all its copies: released
+// once, by whichever copy releases first.
+type hold struct {
+	s        *Shaper
+	p        store.Permit
+	lease    store.Lease
+	released atomic.Bool
+	ctx      context.Context // the acquiring call's, for its trace hooks
+}
+
+// newLeaseID returns an id no other grant uses: 128 random bits.
+func newLeaseID() string {
+	return strconv.FormatUint(rand.Uint64(), 36) + "." + strconv.FormatUint(rand.Uint64(), 36)
+}
+
+// full is the refusal of a request that found no permit and would not, or
+// could not, wait for one.
+func (s *Shaper) full(key string) error {
+	return &QueueFullError{Key: key, Dimension: s.flight.dim.Name, InFlight: true, MaxQueue: s.MaxQueue()}
+}
+
+// take takes a permit of key; with wait it waits for one in the key's room
+// (bounded by MaxWaiting and ctx), else it takes one only if one is free
+// and nobody of this process waits.
+func (s *Shaper) take(ctx context.Context, key string, wait bool) (*hold, error) {
+	f := s.flight
+	p, err := f.permit(key)
+	if err != nil {
+		return nil, err
+	}
+	start := s.cfg.clock.Now()
+	got := func(l store.Lease) (*hold, error) {
+		if t := trace.From(ctx); t != nil && t.PermitTaken != nil {
+			t.PermitTaken(ctx, s.cfg.clock.Now().Sub(start))
+		}
+		return &hold{s: s, p: p, lease: l, ctx: context.WithoutCancel(ctx)}, nil
+	}
+	id := newLeaseID()
+	extra := func() {} // a registration for release notices left unused
+	f.mu.Lock()
+	rm := f.rooms[p.Key]
+	if rm == nil || len(rm.waiters) == 0 { // nobody waits: try at once
+		f.mu.Unlock()
+		t, err := s.takeOnce(ctx, &p, id)
+		if err != nil || t.OK {
+			if err != nil {
+				return nil, err
+			}
+			return got(t.Lease)
+		}
+		if !wait {
+			return nil, s.full(key)
+		}
+		// Registered before the room opens, outside f.mu: a shared store
+		// may wait for its subscription to be confirmed.
+		notify := make(chan struct{}, 1)
+		stop := s.store.Freed(&p, notify)
+		f.mu.Lock()
+		if rm = f.rooms[p.Key]; rm == nil {
+			rm = &room{notify: notify, stop: stop}
+			f.rooms[p.Key] = rm
+		} else {
+			extra = stop // another request opened the room meanwhile
+		}
+	} else if !wait {
+		f.mu.Unlock()
+		return nil, s.full(key)
+	}
+	if len(rm.waiters) >= f.maxWaiting {
+		f.leaveLocked(p.Key, rm, nil)
+		f.mu.Unlock()
+		extra()
+		return nil, s.full(key)
+	}
+	w := &waiter{turn: make(chan struct{})}
+	rm.waiters = append(rm.waiters, w)
+	if len(rm.waiters) == 1 {
+		close(w.turn)
+	}
+	f.mu.Unlock()
+	extra()
+	defer f.leave(p.Key, rm, w)
+	select {
+	case <-w.turn:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for { // the head: ask, then wait for a release notice
+		t, err := s.takeOnce(ctx, &p, id)
+		if err != nil {
+			return nil, err
+		}
+		if t.OK {
+			return got(t.Lease)
+		}
+		if err := s.awaitRelease(ctx, rm, t.Expiry); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// awaitRelease waits for a notice that a permit of rm's key freed, or,
+// on a shared store, for the earliest lease to expire (its holder may have
+// died) or recheck to pass (a notice may have been lost).
+func (s *Shaper) awaitRelease(ctx context.Context, rm *room, expiry float64) error {
+	var expired <-chan time.Time
+	if !math.IsInf(expiry, 1) {
+		tm := s.cfg.clock.NewTimer(min(algorithms.Duration(max(expiry, 0))+time.Millisecond, recheck))
+		defer tm.Stop()
+		expired = tm.C()
+	}
+	select {
+	case <-rm.notify:
+	case <-expired:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// takeOnce asks the store for a permit once.
+func (s *Shaper) takeOnce(ctx context.Context, p *store.Permit, id string) (store.Taken, error) {
+	st := startStore(ctx)
+	t, err := s.store.TakePermit(ctx, p, id, algorithms.Millis(s.cfg.clock.Now()))
+	st.done("take_permit", err)
+	if err != nil {
+		// The call may have reached the store and taken the lease before
+		// it failed (ctx ended while the script ran): give the id back, or
+		// it would be held, renewed by nobody, until its lease expires.
+		// A release of an id not held does nothing.
+		_ = s.store.ReleasePermit(context.WithoutCancel(ctx), p, store.Lease{ID: id})
+	}
+	return t, err
+}
+
+// leave takes w out of the room: the next waiter becomes the head and asks
+// at once (a release may have freed several permits, or w left without
+// one); an empty room is closed.
+func (f *flight) leave(key string, rm *room, w *waiter) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leaveLocked(key, rm, w)
+}
+
+func (f *flight) leaveLocked(key string, rm *room, w *waiter) {
+	for i, x := range rm.waiters {
+		if x == w {
+			rm.waiters = append(rm.waiters[:i], rm.waiters[i+1:]...)
+			if i == 0 && len(rm.waiters) > 0 {
+				close(rm.waiters[0].turn)
+			}
+			break
+		}
+	}
+	if len(rm.waiters) == 0 && f.rooms[key] == rm {
+		delete(f.rooms, key)
+		rm.stop()
+	}
+}
+
+// waiting returns how many requests of this process wait for a permit of key.
+func (f *flight) waiting(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if rm := f.rooms[key]; rm != nil {
+		return len(rm.waiters)
+	}
+	return 0
+}
+
+// release gives h's permit back, once.
+func (h *hold) release(ctx context.Context) error {
+	if h == nil || !h.released.CompareAndSwap(false, true) {
+		return nil
+	}
+	s := h.s
+	if t := trace.From(h.ctx); t != nil && t.PermitReleased != nil {
+		t.PermitReleased(h.ctx)
+	}
+	ctx = context.WithoutCancel(ctx) // a done ctx must not keep a permit held
+	st := startStore(ctx)
+	err := s.store.ReleasePermit(ctx, &h.p, h.lease)
+	st.done("release_permit", err)
+	return err
+}
+
+// Release gives back the in-flight permit r holds (see Dimension.InFlight),
+// once the call it paced has ended: transport.New's Transport releases
+// when the response body is closed or read to its end, or the round trip
+// fails; a queue.Queue when the job returns; code calling Reserve or
+// Acquire itself releases with this, in a defer. Releasing is idempotent,
+// and releases only r's own permit: a copy of r released before, or after,
+// does nothing, and a permit whose lease expired and was granted to
+// another request is not taken from it. A done ctx still releases. An
+// error says the store could not be told; on Redis the permit then comes
+// back when its lease expires (Dimension.Lease). r holds no permit when
+// its shaper has no in-flight dimension: Release does nothing then.
+func (r *Reservation) Release(ctx context.Context) error { return r.permit.release(ctx) }
+
+// HoldsPermits reports whether reservations of key hold an in-flight
+// permit to release (Reservation.Release): the shaper has an in-flight
+// dimension. Such a shaper's Wait and Allow fail, since their caller
+// could not release: use Acquire, or Reserve.
+func (s *Shaper) HoldsPermits(key string) bool { return s != nil && s.flight != nil }
+
+// errHoldsPermits is Wait's and Allow's answer on a shaper with an
+// in-flight dimension.
+func (s *Shaper) errHoldsPermits() error {
+	return &ConfigError{Algorithm: "in-flight", Field: "Dimension.InFlight", Value: s.flight.limit,
+		Reason: "a shaper with an in-flight dimension grants permits that must be released: use Acquire or Reserve, and Reservation.Release (Wait and Allow could not release)"}
+}
+
+// holding is Reserve (wait false) and Acquire (wait true) on a shaper with
+// an in-flight dimension: bad input is refused before anything is taken;
+// then a permit, then the slot in the dimensions of rate. The permit is
+// given back when no slot is granted.
+func (s *Shaper) holding(ctx context.Context, key string, cost int64, wait bool) (Reservation, error) {
+	c := s.live()
+	if err := s.validate(ctx, c, key, cost); err != nil {
+		return Reservation{}, err
+	}
+	h, err := s.take(ctx, key, wait)
+	if err != nil {
+		return Reservation{}, err
+	}
+	var r Reservation
+	switch {
+	case s.rateless:
+		r = Reservation{s: s, c: c, now: s.cfg.clock.Now(), key: key, cost: cost, m: nothingToLimit, done: true}
+	case wait:
+		r, err = s.acquire(ctx, key, cost)
+	default:
+		r, err = s.reserve(ctx, key, cost, noLimit)
+	}
+	if err != nil {
+		_ = h.release(ctx)
+		return Reservation{}, err
+	}
+	r.permit = h
+	return r, nil
+}
+
+// validate refuses what the dimensions of rate would refuse of key and
+// cost whatever their state: a bad key, a cost never admissible.
+func (s *Shaper) validate(ctx context.Context, c *contract, key string, cost int64) error {
+	if _, err := s.check(ctx, c, key, cost); err != nil {
+		return err
+	}
+	for _, d := range c.dims {
+		n, err := mapCost(d, key, cost)
+		if err != nil || n == 0 {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		k := key
+		if d.key != nil {
+			if k = d.key(key); checkKey(k) != nil {
+				return checkKey(k)
+			}
+		}
+		if err := validCost(d, d.Alg, k, n); err != nil { // All alone holds permits: any cost refused is an error
+			return err
+		}
+	}
+	return nil
+}
