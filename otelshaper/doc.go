@@ -10,7 +10,10 @@
 // record their delay in seconds in throttlekit.delay; throttlekit.waiting is
 // the number of callers asleep in Wait; throttlekit.store.duration is the
 // latency of every store operation and throttlekit.degraded counts those the
-// Redis store's failure policy served. Attributes are the limiter name and
+// Redis store's failure policy served. On a shaper with an in-flight
+// dimension, throttlekit.inflight is the number of permits this process's
+// calls hold now, and throttlekit.permit.wait records in seconds how long
+// each waited for its permit. Attributes are the limiter name and
 // the outcome or store operation, never the key unless WithKeyAttribute is
 // on, so that a million keys still make a handful of metric streams.
 //

@@ -35,6 +35,13 @@ const (
 	MetricDegraded = "throttlekit.degraded"
 	// MetricPauses counts Pause calls (a partner's Retry-After, say).
 	MetricPauses = "throttlekit.pauses"
+	// MetricInFlight is the number of in-flight permits held by this
+	// process's calls now (shaper.Dimension.InFlight): up when a call takes
+	// one, down when it is released.
+	MetricInFlight = "throttlekit.inflight"
+	// MetricPermitWait is how long calls waited for an in-flight permit,
+	// in seconds (0 when one was free).
+	MetricPermitWait = "throttlekit.permit.wait"
 )
 
 // The attributes Wrap sets.
@@ -144,6 +151,8 @@ type Reserver struct {
 	storeLat     metric.Float64Histogram
 	degraded     metric.Int64Counter
 	pauses       metric.Int64Counter
+	inflight     metric.Int64UpDownCounter
+	permitWait   metric.Float64Histogram
 
 	limiter   attribute.KeyValue
 	byOutcome map[string]metric.MeasurementOption // limiter + outcome, built once
@@ -151,7 +160,13 @@ type Reserver struct {
 	byOp      map[string]metric.MeasurementOption // limiter + store operation
 }
 
-var _ shaper.Reserver = (*Reserver)(nil)
+var (
+	_ shaper.Reserver     = (*Reserver)(nil)
+	_ shaper.Acquirer     = (*Reserver)(nil)
+	_ shaper.StatusReader = (*Reserver)(nil)
+	_ shaper.Clamper      = (*Reserver)(nil)
+	_ shaper.PermitHolder = (*Reserver)(nil)
+)
 
 // Wrap returns a Reserver that records OpenTelemetry metrics and span events
 // for every call to r and delegates the call to r unchanged. It composes with
@@ -160,9 +175,12 @@ var _ shaper.Reserver = (*Reserver)(nil)
 // The metrics (docs/OTEL.md) carry the limiter name and, where it applies, the
 // outcome or store operation, so that their stream count is bounded by
 // outcomes x limiter names whatever the number of keys, unless
-// WithKeyAttribute is on. Store latency and the failure policy's use are
-// observed through hooks in the call's context, so they are recorded
-// when r is a *shaper.Shaper or decorates one.
+// WithKeyAttribute is on. Store latency, the failure policy's use and the
+// in-flight permits taken and released (MetricInFlight, MetricPermitWait)
+// are observed through hooks in the call's context, so they are recorded
+// when r is a *shaper.Shaper or decorates one. A permit is counted down
+// when its reservation is released, from whatever context: the hooks
+// travel with the reservation.
 //
 // Wrap returns a *Reserver. An instrument the meter provider fails to create
 // is reported to otel.Handle and replaced by a no-op one, as OpenTelemetry
@@ -189,7 +207,7 @@ func Wrap(r shaper.Reserver, opts ...Option) shaper.Reserver {
 	}
 	w := &Reserver{inner: r, name: c.name, withKey: c.withKey, tracer: c.tp.Tracer(ScopeName)}
 	m := c.mp.Meter(ScopeName)
-	var errs [6]error
+	var errs [8]error
 	w.reservations, errs[0] = m.Int64Counter(MetricReservations,
 		metric.WithDescription("Reserve and Wait calls, by outcome."), metric.WithUnit("{reservation}"))
 	w.delay, errs[1] = m.Float64Histogram(MetricDelay,
@@ -205,6 +223,11 @@ func Wrap(r shaper.Reserver, opts ...Option) shaper.Reserver {
 		metric.WithUnit("{operation}"))
 	w.pauses, errs[5] = m.Int64Counter(MetricPauses,
 		metric.WithDescription("Pause calls that succeeded."), metric.WithUnit("{pause}"))
+	w.inflight, errs[6] = m.Int64UpDownCounter(MetricInFlight,
+		metric.WithDescription("In-flight permits held by this process's calls now."), metric.WithUnit("{permit}"))
+	w.permitWait, errs[7] = m.Float64Histogram(MetricPermitWait,
+		metric.WithDescription("How long calls waited for an in-flight permit."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(DelayBuckets...))
 	if err := errors.Join(errs[:]...); err != nil {
 		otelapi.Handle(err) // and record nothing where the meter gave no instrument
 		orNoop(&w.reservations, metric.Int64Counter(noop.Int64Counter{}))
@@ -213,6 +236,8 @@ func Wrap(r shaper.Reserver, opts ...Option) shaper.Reserver {
 		orNoop(&w.storeLat, metric.Float64Histogram(noop.Float64Histogram{}))
 		orNoop(&w.degraded, metric.Int64Counter(noop.Int64Counter{}))
 		orNoop(&w.pauses, metric.Int64Counter(noop.Int64Counter{}))
+		orNoop(&w.inflight, metric.Int64UpDownCounter(noop.Int64UpDownCounter{}))
+		orNoop(&w.permitWait, metric.Float64Histogram(noop.Float64Histogram{}))
 	}
 	w.limiter = AttrLimiter.String(c.name)
 	w.limOnly = metric.WithAttributeSet(attribute.NewSet(w.limiter))
@@ -230,6 +255,13 @@ func Wrap(r shaper.Reserver, opts ...Option) shaper.Reserver {
 		},
 		Degraded: func(ctx context.Context, op string) {
 			w.degraded.Add(ctx, 1, w.opAttrs(op))
+		},
+		PermitTaken: func(ctx context.Context, waited time.Duration) {
+			w.inflight.Add(ctx, 1, w.limOnly)
+			w.permitWait.Record(ctx, waited.Seconds(), w.limOnly)
+		},
+		PermitReleased: func(ctx context.Context) {
+			w.inflight.Add(ctx, -1, w.limOnly)
 		},
 	}
 	return w
@@ -285,6 +317,8 @@ func (w *Reserver) record(ctx context.Context, span trace.Span, event, key strin
 
 // Reserve delegates to the wrapped Reserver's Reserve and records its outcome
 // and granted delay; the caller's span gets a "throttlekit.reserve" event.
+// The reservation's in-flight permit, if it holds one, is counted in
+// MetricInFlight until it is released.
 func (w *Reserver) Reserve(ctx context.Context, key string, cost int64) (shaper.Reservation, error) {
 	if w.inner == nil {
 		w.record(ctx, trace.SpanFromContext(ctx), "throttlekit.reserve", key, 0, errNil)
@@ -299,9 +333,11 @@ func (w *Reserver) Reserve(ctx context.Context, key string, cost int64) (shaper.
 // MetricWaiting meanwhile, and records its outcome and the time from the call
 // to departure. The caller's span gets a "throttlekit.wait" event; when that
 // span is recording, Wait also runs in a child span "throttlekit.Wait" (no
-// root spans are made for calls outside a trace).
+// root spans are made for calls outside a trace). A wrapped Reserver that
+// holds in-flight permits for key (see HoldsPermits) refuses it, as a
+// *shaper.Shaper does: its caller could not release.
 func (w *Reserver) Wait(ctx context.Context, key string, cost int64) error {
-	_, err := w.Acquire(ctx, key, cost)
+	_, err := w.wait(ctx, key, cost, !w.HoldsPermits(key))
 	return err
 }
 
@@ -309,8 +345,24 @@ func (w *Reserver) Wait(ctx context.Context, key string, cost int64) error {
 // shaper.Shaper.Acquire), recorded as Wait is. A wrapped Reserver without an
 // Acquire method waits, and the zero Reservation is returned: no shaper
 // granted it, so it settles nothing (transport.Settle fails on it with a
-// *shaper.ConfigError).
+// *shaper.ConfigError). The reservation's in-flight permit, if it holds
+// one, is counted in MetricInFlight until it is released, and the wait for
+// it recorded in MetricPermitWait.
 func (w *Reserver) Acquire(ctx context.Context, key string, cost int64) (shaper.Reservation, error) {
+	return w.wait(ctx, key, cost, true)
+}
+
+// HoldsPermits reports whether the wrapped Reserver's reservations of key
+// hold an in-flight permit (see shaper.Shaper.HoldsPermits); one without
+// the method holds none.
+func (w *Reserver) HoldsPermits(key string) bool {
+	h, ok := w.inner.(shaper.PermitHolder)
+	return ok && h.HoldsPermits(key)
+}
+
+// wait is Acquire, and Wait with acquire false (the wrapped Reserver's
+// Wait is called then, not its Acquire).
+func (w *Reserver) wait(ctx context.Context, key string, cost int64, acquire bool) (shaper.Reservation, error) {
 	parent := trace.SpanFromContext(ctx)
 	if w.inner == nil {
 		w.record(ctx, parent, "throttlekit.wait", key, 0, errNil)
@@ -325,7 +377,7 @@ func (w *Reserver) Acquire(ctx context.Context, key string, cost int64) (shaper.
 	start := time.Now()
 	var res shaper.Reservation
 	var err error
-	if a, ok := w.inner.(shaper.Acquirer); ok {
+	if a, ok := w.inner.(shaper.Acquirer); ok && acquire {
 		res, err = a.Acquire(itrace.With(inner, w.trace), key, cost)
 	} else {
 		err = w.inner.Wait(itrace.With(inner, w.trace), key, cost)

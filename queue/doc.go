@@ -14,4 +14,13 @@
 // waiting for their slot, however many Submit at once. A job that panics or
 // calls runtime.Goexit is reported as a *PanicError and the pool lives on.
 // Wrap paces an existing consumer loop without the pool.
+//
+// On a shaper with an in-flight dimension (shaper.Dimension.InFlight) a job
+// also holds one of its key's permits while it runs, so that at most
+// InFlight jobs of a key run at once, fleet-wide on a shared store. Submit
+// cannot know such a job's slot, which waits for a permit: it queues the
+// job as due, and the worker that starts it waits for its permit and slot
+// (shaper.Shaper.Acquire), runs it and releases the permit when it returns,
+// however it returns. Submit does not fail because every permit is held.
+// Wrap acquires and releases the same way.
 package queue

@@ -57,7 +57,8 @@ type CloseError struct {
 	Withdrawn int
 	// Running is how many jobs were still running when Close returned. Their
 	// ctx is cancelled (its cause is ErrClosed); each reports its own result
-	// when it returns.
+	// when it returns. A job still waiting for its in-flight permit (see
+	// Submit) counts as running: it stops waiting and reports ErrClosed.
 	Running int
 	Err     error // the ctx's error
 }
@@ -130,6 +131,7 @@ type item struct {
 	res    shaper.Reservation
 	ctx    context.Context
 	result chan error // Do's; nil for Submit
+	permit bool       // it acquires a permit when it starts (see Submit): res is set then
 	index  int
 	stopCh func() bool // stops watching ctx
 }
@@ -158,13 +160,30 @@ func (h *jobHeap) Pop() any {
 // WithMaxPending jobs are already waiting (ErrFull), or after Close
 // (ErrClosed). If ctx ends before the job starts, its slot is given back, it
 // never runs, and the error handler receives ctx.Err().
+//
+// A job whose key's reservations hold an in-flight permit (a shaper with a
+// Dimension.InFlight, see shaper.PermitHolder) cannot be given its slot at
+// once: when the permits are all held, when one frees is not known. Such a
+// job is queued as due at once, behind the permit jobs queued before it
+// (WithMaxPending and ErrClosed apply as to any job); the worker that
+// starts it waits there for a permit and then the slot (shaper.Acquire,
+// with the job's ctx), runs it, and releases the permit when it returns,
+// panics or calls runtime.Goexit. The shaper's refusals then go to the
+// error handler (Do returns them), a ctx that ends while it waits too; a
+// Reserver that holds permits without an Acquire method fails Submit with
+// a *shaper.ConfigError. A job waiting for a permit holds its worker, so
+// with WithWorkers above the key's InFlight the other keys' due jobs may
+// wait for a worker meanwhile: give such keys a queue of their own. Any
+// other job's reservation, should it hold a permit, is released too when
+// the job returns.
 func (q *Queue) Submit(ctx context.Context, job Job) error {
 	_, err := q.enqueue(ctx, job, nil)
 	return err
 }
 
 // Do is Submit that waits for the job and returns its error (or the reason it
-// did not run).
+// did not run: for a job acquiring an in-flight permit, the shaper's
+// refusal too).
 func (q *Queue) Do(ctx context.Context, job Job) error {
 	result := make(chan error, 1)
 	if _, err := q.enqueue(ctx, job, result); err != nil {
@@ -183,6 +202,12 @@ func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item,
 	if job.Run == nil {
 		return nil, &shaper.ConfigError{Algorithm: "queue", Field: "Job.Run", Value: nil, Reason: "must not be nil"}
 	}
+	permit := holdsPermits(q.r, job.Key)
+	if permit {
+		if _, ok := q.r.(shaper.Acquirer); !ok {
+			return nil, errNoAcquire(q.r)
+		}
+	}
 	q.mu.Lock()
 	if q.closing {
 		q.mu.Unlock()
@@ -193,6 +218,17 @@ func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item,
 	if q.maxPending > 0 && q.pending.Len()+q.reserved >= q.maxPending {
 		q.mu.Unlock()
 		return nil, ErrFull
+	}
+	if permit { // due at once: its worker acquires (run)
+		if err := ctx.Err(); err != nil { // as Reserve would refuse it
+			q.mu.Unlock()
+			return nil, err
+		}
+		it := &item{job: job, ctx: ctx, result: result, permit: true}
+		q.push(it)
+		q.mu.Unlock()
+		q.nudge()
+		return it, nil
 	}
 	q.reserved++
 	q.mu.Unlock()
@@ -206,16 +242,43 @@ func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item,
 	it := &item{job: job, at: res.Time(), res: res, ctx: ctx, result: result}
 	if q.closing { // Close began while we reserved
 		q.mu.Unlock()
-		_ = res.Cancel(context.WithoutCancel(ctx))
+		giveBack(ctx, &res)
 		return nil, ErrClosed
 	}
-	q.seq++
-	it.seq = q.seq
-	heap.Push(&q.pending, it)
-	it.stopCh = context.AfterFunc(ctx, func() { q.withdraw(it, ctx.Err()) })
+	q.push(it)
 	q.mu.Unlock()
 	q.nudge()
 	return it, nil
+}
+
+// push queues it; the caller holds q.mu.
+func (q *Queue) push(it *item) {
+	q.seq++
+	it.seq = q.seq
+	heap.Push(&q.pending, it)
+	it.stopCh = context.AfterFunc(it.ctx, func() { q.withdraw(it, it.ctx.Err()) })
+}
+
+// giveBack gives back res, which will not depart: its slot, if its time
+// has not come, and its in-flight permit, if it holds one.
+func giveBack(ctx context.Context, res *shaper.Reservation) {
+	ctx = context.WithoutCancel(ctx)
+	_ = res.Cancel(ctx)
+	_ = res.Release(ctx)
+}
+
+// holdsPermits reports whether r's reservations of key hold an in-flight
+// permit (see shaper.PermitHolder).
+func holdsPermits(r shaper.Reserver, key string) bool {
+	h, ok := r.(shaper.PermitHolder)
+	return ok && h.HoldsPermits(key)
+}
+
+// errNoAcquire is the refusal of a Reserver that holds permits but cannot
+// wait for one (it has no Acquire method): its Wait could not release.
+func errNoAcquire(r shaper.Reserver) error {
+	return &shaper.ConfigError{Algorithm: "queue", Field: "Reserver", Value: fmt.Sprintf("%T", r),
+		Reason: "the Reserver holds in-flight permits but has no Acquire method to wait for one (see shaper.PermitHolder)"}
 }
 
 // withdraw removes a job that has not started, gives its slot back and
@@ -228,7 +291,7 @@ func (q *Queue) withdraw(it *item, err error) {
 	}
 	heap.Remove(&q.pending, it.index)
 	q.mu.Unlock()
-	_ = it.res.Cancel(context.WithoutCancel(it.ctx))
+	giveBack(it.ctx, &it.res) // a job that acquires has nothing yet: nothing to give
 	q.report(it, err)
 	q.nudge()
 }
@@ -290,7 +353,7 @@ func (q *Queue) dispatch() {
 		q.mu.Unlock()
 		next.stopCh()                                    // it starts now: its ctx no longer withdraws it
 		if err := q.sem.Acquire(q.stop, 1); err != nil { // Close gave up while every worker was busy
-			_ = next.res.Cancel(context.WithoutCancel(next.ctx))
+			giveBack(next.ctx, &next.res)
 			q.dropped.Add(1)
 			q.report(next, ErrClosed)
 			continue
@@ -303,7 +366,10 @@ func (q *Queue) dispatch() {
 
 // run runs one job with a ctx that Close cancels if it gives up waiting.
 // A panic and a runtime.Goexit in the job are reported as a *PanicError;
-// either way the worker is released and the submitter hears of it.
+// either way the worker is released and the submitter hears of it. A job
+// that acquires (item.permit) first waits for its permit and slot; the
+// reservation's permit, if any, is released when the job returns, before
+// its result is reported.
 func (q *Queue) run(it *item) {
 	defer q.running.Done()
 	defer q.sem.Release(1)
@@ -312,12 +378,27 @@ func (q *Queue) run(it *item) {
 	defer cancel(nil)
 	stop := context.AfterFunc(q.stop, func() { cancel(ErrClosed) })
 	defer stop()
+	if it.permit {
+		res, err := q.r.(shaper.Acquirer).Acquire(ctx, it.job.Key, it.job.Cost)
+		if err != nil { // it never runs
+			switch {
+			case it.ctx.Err() != nil: // as for a job whose ctx ends before it starts
+				err = it.ctx.Err()
+			case ctx.Err() != nil: // Close gave up before it had its permit
+				err = ErrClosed
+			}
+			q.report(it, err)
+			return
+		}
+		it.res = res
+	}
 	var err error
 	returned := false
 	defer func() {
 		if !returned { // runtime.Goexit: only the deferred calls run
 			err = &PanicError{Goexit: true, Stack: debug.Stack()}
 		}
+		_ = it.res.Release(context.WithoutCancel(it.ctx))
 		q.report(it, err)
 	}()
 	func() {
@@ -385,15 +466,34 @@ func (q *Queue) Pending() int {
 // without a pool: the returned handler waits for msg's slot on r, then calls
 // h. It returns the shaper's refusal (a *shaper.QueueFullError, a
 // *shaper.DeadlineError, ctx.Err()) without calling h.
+//
+// When r holds in-flight permits for msg's key (a shaper with a
+// Dimension.InFlight, see shaper.PermitHolder), the handler waits for a
+// permit and then the slot (shaper.Acquire), and releases the permit when
+// h returns, or panics; a Reserver that holds permits without an Acquire
+// method fails with a *shaper.ConfigError, and h is not called.
 func Wrap[T any](r shaper.Reserver, key func(T) string, cost func(T) int64, h func(context.Context, T) error) func(context.Context, T) error {
 	return func(ctx context.Context, msg T) error {
 		c := int64(1)
 		if cost != nil {
 			c = cost(msg)
 		}
-		if err := r.Wait(ctx, key(msg), c); err != nil {
+		k := key(msg)
+		if !holdsPermits(r, k) {
+			if err := r.Wait(ctx, k, c); err != nil {
+				return err
+			}
+			return h(ctx, msg)
+		}
+		a, ok := r.(shaper.Acquirer)
+		if !ok {
+			return errNoAcquire(r)
+		}
+		res, err := a.Acquire(ctx, k, c)
+		if err != nil {
 			return err
 		}
+		defer func() { _ = res.Release(context.WithoutCancel(ctx)) }()
 		return h(ctx, msg)
 	}
 }

@@ -12,4 +12,10 @@
 // nothing is left, pause the key, for every process sharing the store
 // (WithFeedback). NewRetryableClient composes all of this with
 // hashicorp/go-retryablehttp.
+//
+// On a shaper with an in-flight dimension (shaper.Dimension.InFlight) a
+// request also waits for one of its key's permits, and holds it until its
+// response body is closed or read to its end, or the round trip fails: at
+// most InFlight calls of a key are open at once, fleet-wide on a shared
+// store. Close every response body (see New).
 package transport

@@ -64,3 +64,41 @@ func Example() {
 	// 40 ms or more for three: true
 	// refused before its deadline: true
 }
+
+// A partner that allows two calls open at once: on a shaper with an
+// in-flight dimension the transport holds one of the key's permits from
+// departure until the response body is read to its end or closed, so the
+// partner never sees a third.
+func ExampleNew_inFlight() {
+	partner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "report")
+	}))
+	defer partner.Close()
+
+	store := memstore.New()
+	defer store.Close()
+	s, err := shaper.All(store, []shaper.Dimension{
+		{Name: "rate", Rate: shaper.PerSecond(50)},
+		{Name: "open", InFlight: 2},
+	})
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: transport.New(s)} // keyed by host
+	open := func() int64 {
+		st, _ := s.Status(context.Background(), partner.Listener.Addr().String(), 1)
+		return st.Dimensions[0].InFlight // "open" sorts before "rate"
+	}
+
+	resp, err := client.Get(partner.URL)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("open while the body is unread:", open())
+	body, _ := io.ReadAll(resp.Body) // read to its end: the permit is back
+	fmt.Println(string(body), "- open once it was read:", open())
+	resp.Body.Close() // closes the body; the permit was released once already
+	// Output:
+	// open while the body is unread: 1
+	// report - open once it was read: 0
+}

@@ -54,7 +54,9 @@ func WithCost(f func(*http.Request) int64) Option {
 
 // WithMaxWait bounds how long a request may wait for its slot (0, the default,
 // leaves it to the shaper's MaxQueue). Longer waits fail at once with a
-// *shaper.QueueFullError and send nothing.
+// *shaper.QueueFullError and send nothing. It bounds the wait for an
+// in-flight permit too (see New): a request still without one when it has
+// passed fails then with a *shaper.QueueFullError whose InFlight is set.
 func WithMaxWait(d time.Duration) Option { return func(t *Transport) { t.maxWait = max(d, 0) } }
 
 // WithFeedback turns the partner's feedback on or off (default on): a 429 or
@@ -81,6 +83,25 @@ func WithMaxPause(d time.Duration) Option {
 // back and RoundTrip fails at once with a *shaper.DeadlineError (it matches
 // context.DeadlineExceeded). A request whose context ends while it waits gives
 // its slot back and fails with the context's error.
+//
+// When r holds in-flight permits for the request's key (a shaper with a
+// Dimension.InFlight, see shaper.PermitHolder), the request first waits
+// for a permit (shaper.Shaper.Acquire), then for its slot, and holds the
+// permit for as long as the call is open: until the response body is
+// closed, or read to its end (a Read returning io.EOF, or failing), whichever
+// comes first; a response without a body (http.NoBody) gives it back at
+// once, and so does a round trip that fails (the base transport's error, a
+// request body that cannot be sent). A caller must
+// therefore close every response body, as net/http asks anyway; a body
+// left open keeps its permit. The body of a 101 Switching Protocols
+// response, the upgraded connection, stays an io.ReadWriteCloser (with
+// CloseWrite) and holds the permit until it is closed or reaches EOF. With
+// NewRetryableClient each attempt holds its own permit, given back when
+// go-retryablehttp drains and closes the attempt's body before retrying. A
+// Reserver that holds permits but has no Acquire method is reserved on
+// instead (Reserve), which takes a permit only if one is free: with none
+// free the request fails at once with a *shaper.QueueFullError whose
+// InFlight is set.
 func New(r shaper.Reserver, opts ...Option) *Transport {
 	t := &Transport{
 		r:        r,
@@ -102,8 +123,8 @@ func (t *Transport) baseRT() http.RoundTripper {
 	return t.base
 }
 
-// RoundTrip waits for the request's slot, sends it, and feeds the response's
-// rate-limit signals back to the shaper.
+// RoundTrip waits for the request's slot (and in-flight permit, see New),
+// sends it, and feeds the response's rate-limit signals back to the shaper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.r == nil {
 		if req.Body != nil {
@@ -113,38 +134,63 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	key, cost := t.key(req), t.cost(req)
 	ctx := req.Context()
-	res, err := t.wait(ctx, key, cost)
+	holds := t.holdsPermits(key)
+	res, err := t.wait(ctx, key, cost, holds)
 	if err != nil {
 		if req.Body != nil {
 			_ = req.Body.Close()
 		}
 		return nil, err
 	}
-	if res != nil { // the request carries its reservation, for Settle
-		// The zero Reservation is no shaper's grant: Route or otelshaper.Wrap over a
+	// The reservation may hold an in-flight permit: the response body
+	// releases it when it is done (handed), every other way out of here
+	// releases it now. Release does nothing without a permit.
+	handed := false
+	if res != nil {
+		defer func() {
+			if !handed {
+				_ = res.Release(context.WithoutCancel(ctx))
+			}
+		}()
+		// The request carries its reservation, for Settle. The zero
+		// Reservation is no shaper's grant: Route or otelshaper.Wrap over a
 		// Reserver without Acquire waited and had none to return. Settle
 		// reports it rather than settle nothing.
 		req = req.WithContext(context.WithValue(ctx, ticketKey{}, &ticket{r: *res, none: *res == shaper.Reservation{}}))
 	}
 	resp, err := t.baseRT().RoundTrip(req)
-	if err == nil && resp.Request == nil {
+	if err != nil {
+		return resp, err
+	}
+	if resp.Request == nil {
 		resp.Request = req
 	}
-	if err == nil && t.feedback {
+	if t.feedback {
 		t.learn(ctx, key, resp)
 	}
-	return resp, err
+	if holds && res != nil && *res != (shaper.Reservation{}) && resp.Body != nil && resp.Body != http.NoBody {
+		resp.Body = releasing(resp.Body, res, ctx)
+		handed = true
+	}
+	return resp, nil
+}
+
+// holdsPermits reports whether the Reserver's reservations of key hold an
+// in-flight permit (see shaper.PermitHolder).
+func (t *Transport) holdsPermits(key string) bool {
+	h, ok := t.r.(shaper.PermitHolder)
+	return ok && h.HoldsPermits(key)
 }
 
 // wait reserves the slot and sleeps until it, within WithMaxWait. It
 // returns the reservation when the Reserver tells it (see shaper.Acquirer).
-func (t *Transport) wait(ctx context.Context, key string, cost int64) (*shaper.Reservation, error) {
+func (t *Transport) wait(ctx context.Context, key string, cost int64, holds bool) (*shaper.Reservation, error) {
 	if t.maxWait <= 0 {
-		return t.acquire(ctx, key, cost)
+		return t.acquire(ctx, key, cost, holds)
 	}
 	wctx, cancel := context.WithTimeout(ctx, t.maxWait)
 	defer cancel()
-	res, err := t.acquire(wctx, key, cost)
+	res, err := t.acquire(wctx, key, cost, holds)
 	if err == nil || ctx.Err() != nil {
 		return res, err
 	}
@@ -155,17 +201,61 @@ func (t *Transport) wait(ctx context.Context, key string, cost int64) (*shaper.R
 			return nil, &shaper.QueueFullError{Key: key, Delay: de.Delay, MaxQueue: t.maxWait}
 		}
 	}
+	// A wait for a permit that MaxWait ended: no permit came in time.
+	if holds && errors.Is(err, context.DeadlineExceeded) && wctx.Err() != nil {
+		return nil, &shaper.QueueFullError{Key: key, MaxQueue: t.maxWait, InFlight: true}
+	}
 	return nil, err
 }
 
-func (t *Transport) acquire(ctx context.Context, key string, cost int64) (*shaper.Reservation, error) {
+func (t *Transport) acquire(ctx context.Context, key string, cost int64, holds bool) (*shaper.Reservation, error) {
 	a, ok := t.r.(shaper.Acquirer)
 	if !ok {
+		if holds { // Wait would take a permit no one could release
+			return t.reserveHolding(ctx, key, cost)
+		}
 		return nil, t.r.Wait(ctx, key, cost)
 	}
 	res, err := a.Acquire(ctx, key, cost)
 	if err != nil {
 		return nil, err
+	}
+	return &res, nil
+}
+
+// reserveHolding is acquire on a Reserver that holds permits but has no
+// Acquire method: Reserve takes a permit only if one is free (else it
+// refuses, a *shaper.QueueFullError with InFlight set), then the request
+// sleeps until its slot, on the clock of the shaper that granted it. A
+// slot after ctx's deadline, or a ctx that ends while it sleeps, gives the
+// slot and the permit back.
+func (t *Transport) reserveHolding(ctx context.Context, key string, cost int64) (*shaper.Reservation, error) {
+	res, err := t.r.Reserve(ctx, key, cost)
+	if err != nil {
+		return nil, err
+	}
+	giveBack := func() {
+		bg := context.WithoutCancel(ctx)
+		_ = res.Cancel(bg)
+		_ = res.Release(bg)
+	}
+	if res.Delay <= 0 {
+		return &res, nil
+	}
+	if dl, ok := ctx.Deadline(); ok && res.Delay > time.Until(dl) {
+		giveBack()
+		return nil, &shaper.DeadlineError{Key: key, Delay: res.Delay, Deadline: dl}
+	}
+	clock := res.Clock()
+	if d := res.Time().Sub(clock.Now()); d > 0 {
+		tm := clock.NewTimer(d)
+		defer tm.Stop()
+		select {
+		case <-tm.C():
+		case <-ctx.Done():
+			giveBack()
+			return nil, ctx.Err()
+		}
 	}
 	return &res, nil
 }
