@@ -462,9 +462,9 @@ type Result struct {
 	// HeldAfter is how many permits the key held fleet-wide once every
 	// process had exited (Shaper.Status), HeldFor how long until none was
 	// held, and HeldLeft how many still were after a lease (must be 0). A
-	// permit held after the run was taken on Redis by a take whose reply
-	// its caller no longer awaited (the run's end cancelled its Acquire
-	// mid-call): held by nobody, never renewed, it expires within a lease.
+	// take cut short by its caller's ctx gives its lease back, so none is
+	// expected; one a process took as it exited, before it could give it
+	// back, is held by nobody, never renewed, and expires within a lease.
 	HeldAfter, HeldLeft int64
 	HeldFor             time.Duration
 }
@@ -634,11 +634,11 @@ func measure(w io.Writer, c config) (Result, error) {
 	}
 	res, deps := c.collect(reps, start, end)
 
-	// Every permit given back: released, or (the victim's) expired. A
-	// request whose ctx ends while its take of a permit is on the wire can
-	// leave that permit taken on Redis with no holder: not renewed, it
-	// expires within the lease. The run's end does this to the requests
-	// waiting for a permit then, so the parent reads until none is held.
+	// Every permit given back: released, or (the victim's) expired. The
+	// run's end cuts short the takes of the requests waiting then; each
+	// gives its lease back, unless its process exited first (a crash, as
+	// far as Redis knows): that lease expires within the lease time, so
+	// the parent reads until none is held.
 	s, st, err := c.fleetShaper(client)
 	if err != nil {
 		return res, err
@@ -691,7 +691,7 @@ func measure(w io.Writer, c config) (Result, error) {
 		rep("the victim's permits came back %v after the kill (lease %v: expected from %v to %v)", res.Recovery, c.lease, c.lease*2/3, c.lease)
 	}
 	if res.HeldAfter > 0 {
-		rep("permits held once the processes had exited: %d (taken for requests the run's end cancelled mid-take; unrenewed, they expire), none %v later",
+		rep("permits held once the processes had exited: %d (taken as a process exited; unrenewed, they expire), none %v later",
 			res.HeldAfter, res.HeldFor.Round(time.Millisecond))
 	} else {
 		rep("permits held once the processes had exited: none")
