@@ -97,6 +97,7 @@ func TestReport(t *testing.T) {
 	r.pacing(t)
 	r.giveBack(t)
 	r.redis(t)
+	r.inflight(t)
 	r.fleet(t)
 	r.printf("\n## Targets missed\n\n")
 	if len(r.fail) == 0 {
@@ -112,7 +113,7 @@ func TestReport(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pacing.svg"), []byte(r.svg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## In-process", "## Keyed", "## Pacing", "## Settle and cancel", "## Redis", "## Fleet"} {
+	for _, want := range []string{"## In-process", "## Keyed", "## Pacing", "## Settle and cancel", "## Redis", "## In-flight on Redis", "## Fleet"} {
 		if !strings.Contains(r.md.String(), want) {
 			t.Errorf("report lacks %q", want)
 		}
