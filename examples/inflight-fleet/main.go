@@ -912,7 +912,7 @@ func freePort(bus bool) (int, error) {
 func startCluster() ([]string, func(), error) {
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
-		return nil, nil, errors.New("redis-cli not found: install it (Debian: apt-get install redis-server) or pass -cluster host:port,...")
+		return nil, nil, errors.New("redis-cli not found: install it (Debian: apt-get install redis-server) or pass -cluster with the addresses of its masters")
 	}
 	var addrs []string
 	var stops []func()
