@@ -36,12 +36,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +48,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttlekit/throttlekit-go/examples/internal/redisproc"
 	"github.com/throttlekit/throttlekit-go/examples/internal/window"
 	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
@@ -256,7 +255,7 @@ func measure(w io.Writer, c config) (Result, error) {
 		return Result{}, fmt.Errorf("need -procs >= 1, -rate >= 1, -duration > 0, -goroutines >= 1")
 	}
 	if c.redis == "" {
-		addr, stop, err := startRedis()
+		addr, stop, err := redisproc.Start(false)
 		if err != nil {
 			return Result{}, err
 		}
@@ -423,45 +422,6 @@ func (c config) checkClamp(w io.Writer, res *Result, p *partner) error {
 		return fmt.Errorf("the fleet sent %d calls where the partner had %d left", res.Clamped, c.clamp)
 	}
 	return nil
-}
-
-// startRedis starts a private redis-server on a free loopback port.
-func startRedis() (string, func(), error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return "", nil, errors.New("redis-server not found: install it (Debian: apt-get install redis-server) or pass -redis host:port")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir, err := os.MkdirTemp("", "redis-fleet")
-	if err != nil {
-		return "", nil, err
-	}
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop := func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = os.RemoveAll(dir)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	defer client.Close()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if client.Ping(context.Background()).Err() == nil {
-			return addr, stop, nil
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("redis-server on %s did not answer", filepath.Base(addr))
-		}
-	}
 }
 
 func sorted(ts []time.Time) []time.Time {
