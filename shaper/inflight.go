@@ -335,9 +335,9 @@ func (s *Shaper) holding(ctx context.Context, key string, cost int64, wait bool)
 	case s.rateless:
 		r = Reservation{s: s, c: c, now: s.cfg.clock.Now(), key: key, cost: cost, m: nothingToLimit, done: true}
 	case wait:
-		r, err = s.acquire(ctx, key, cost)
+		r, err = s.acquire(ctx, key, cost, taken)
 	default:
-		r, err = s.reserve(ctx, key, cost, noLimit)
+		r, err = s.reserve(ctx, key, cost, noLimit, false)
 	}
 	if err != nil {
 		_ = h.release(ctx)

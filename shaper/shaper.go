@@ -468,10 +468,7 @@ func (s *Shaper) queueFull(c *contract, key string, retryAfter time.Duration, bi
 // and no request of this process waits for one (else a *QueueFullError
 // with InFlight set); the reservation holds it until Release.
 func (s *Shaper) Reserve(ctx context.Context, key string, cost int64) (Reservation, error) {
-	if s != nil && s.flight != nil {
-		return s.holding(ctx, key, cost, false)
-	}
-	return s.reserve(ctx, key, cost, noLimit)
+	return s.reserve(ctx, key, cost, noLimit, true) // inlined: the hot path copies no Reservation
 }
 
 // noLimit is the limit of a reservation that only MaxQueue bounds.
@@ -480,10 +477,15 @@ var noLimit = math.Inf(1)
 // reserve is Reserve for a caller that waits at most limit ms (its
 // deadline): a slot further away is refused, with a *DeadlineError, before
 // anything is written, so that the budget it would have held is not held
-// in the meantime by a slot nobody uses.
-func (s *Shaper) reserve(ctx context.Context, key string, cost int64, limit float64) (Reservation, error) {
+// in the meantime by a slot nobody uses. With permits, an in-flight
+// dimension's permit is taken first (holding); without, the caller holds
+// one already, or has none to take.
+func (s *Shaper) reserve(ctx context.Context, key string, cost int64, limit float64, permits bool) (Reservation, error) {
 	if s == nil {
 		return Reservation{}, errNilShaper
+	}
+	if permits && s.flight != nil {
+		return s.holding(ctx, key, cost, false)
 	}
 	var dec algorithms.Decision
 	c := s.cur.Load() // s.live(), inlined

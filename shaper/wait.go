@@ -20,12 +20,16 @@ import (
 // A shaper with an in-flight dimension refuses Wait with a *ConfigError:
 // use Acquire, whose reservation can be released.
 func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
-	if s != nil && s.flight != nil {
-		return s.errHoldsPermits()
-	}
-	_, err := s.Acquire(ctx, key, cost)
+	_, err := s.acquire(ctx, key, cost, forWait)
 	return err
 }
+
+// How acquire treats an in-flight dimension's permit.
+const (
+	forWait    = iota // refuse: Wait's caller could not release it
+	forAcquire        // take it first (holding)
+	taken             // the caller holds it already, or there is none
+)
 
 // Acquire is Wait that returns the reservation the request departs on, to
 // Settle once the call's actual cost is known:
@@ -45,17 +49,20 @@ func (s *Shaper) Wait(ctx context.Context, key string, cost int64) error {
 // Dimension.MaxWaiting requests already wait. The reservation holds the
 // permit until Release (see Reservation.Release).
 func (s *Shaper) Acquire(ctx context.Context, key string, cost int64) (Reservation, error) {
-	if s == nil {
-		return Reservation{}, errNilShaper
-	}
-	if s.flight != nil {
-		return s.holding(ctx, key, cost, true)
-	}
-	return s.acquire(ctx, key, cost)
+	return s.acquire(ctx, key, cost, forAcquire) // inlined: the path copies no Reservation
 }
 
-// acquire is Acquire for the dimensions of rate.
-func (s *Shaper) acquire(ctx context.Context, key string, cost int64) (Reservation, error) {
+// acquire is Acquire and Wait; permit says what becomes of an in-flight
+// dimension's permit.
+func (s *Shaper) acquire(ctx context.Context, key string, cost int64, permit int) (Reservation, error) {
+	switch {
+	case s == nil:
+		return Reservation{}, errNilShaper
+	case s.flight != nil && permit == forWait:
+		return Reservation{}, s.errHoldsPermits()
+	case s.flight != nil && permit == forAcquire:
+		return s.holding(ctx, key, cost, true)
+	}
 	if !s.queues {
 		return s.waitRetry(ctx, key, cost)
 	}
@@ -68,7 +75,7 @@ func (s *Shaper) acquire(ctx context.Context, key string, cost int64) (Reservati
 		if dl, ok := ctx.Deadline(); ok {
 			limit = algorithms.DurationMillis(time.Until(dl))
 		}
-		r, err := s.reserve(ctx, key, cost, limit)
+		r, err := s.reserve(ctx, key, cost, limit, false)
 		if err != nil {
 			return Reservation{}, err
 		}
