@@ -17,6 +17,11 @@
 // in turn, each under pcall, so that every reservation gets its own reply or
 // error, exactly as its own call would.
 //
+// PermitTake, PermitRelease, PermitRenew and PermitCount keep an in-flight
+// key's leases (a sorted set of lease ids scored by their expiry on the
+// script's clock): they are bookkeeping, not one of the algorithms, and
+// have no Go twin to match.
+//
 // A key's state is stored as its numbers (%.17g) separated by spaces, with a
 // TTL after which the state is equivalent to a cold key. The conformance
 // test of package algorithms runs every script beside the Go math, step by
