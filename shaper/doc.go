@@ -20,7 +20,9 @@
 // partner says is left until its reset; Reset forgets it. A wait
 // longer than MaxQueue is refused at once with a *QueueFullError and
 // consumes nothing. All combines several contracts (requests and tokens per
-// minute); Any admits what any one of them admits. SetRate and SetMaxQueue
+// minute); Any admits what any one of them admits. A dimension with
+// InFlight caps the calls open at once beside the rates, fleet-wide: each
+// reservation holds a permit until Reservation.Release. SetRate and SetMaxQueue
 // change a running shaper's contract, and every process sharing its Redis
 // budget follows. Bad input gets a typed error and writes nothing; a done
 // ctx returns ctx.Err() unchanged. Shapers and stores are safe for
