@@ -169,4 +169,3 @@ func inFlightHistory(t *testing.T, ops []byte) {
 		t.Fatalf("%d rooms left open", len(s.flight.rooms))
 	}
 }
-
