@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -74,20 +75,12 @@ func newFlight(cfg *config, spec Dimension) (*flight, error) {
 	case spec.Cost != nil:
 		return nil, bad("Cost", "func", "every request holds one permit: an in-flight dimension has no Cost")
 	}
-	f := &flight{key: spec.Key, limit: spec.InFlight, lease: cmpOr(spec.Lease, DefaultLease), maxWaiting: cmpOr(spec.MaxWaiting, DefaultMaxWaiting), rooms: map[string]*room{}}
+	f := &flight{key: spec.Key, limit: spec.InFlight, lease: cmp.Or(spec.Lease, DefaultLease), maxWaiting: cmp.Or(spec.MaxWaiting, DefaultMaxWaiting), rooms: map[string]*room{}}
 	f.dim = store.Dim{Name: spec.Name, Base: cfg.prefix, Prefix: cfg.prefix, Identity: fmt.Sprintf("in-flight %d", spec.InFlight), Clock: cfg.clock}
 	if spec.Name != "" {
 		f.dim.Prefix += spec.Name + ":"
 	}
 	return f, nil
-}
-
-func cmpOr[T comparable](a, b T) T {
-	var zero T
-	if a != zero {
-		return a
-	}
-	return b
 }
 
 // MaxInFlight is the largest Dimension.InFlight accepted.
@@ -130,63 +123,28 @@ func (s *Shaper) full(key string) error {
 // (bounded by MaxWaiting and ctx), else it takes one only if one is free
 // and nobody of this process waits.
 func (s *Shaper) take(ctx context.Context, key string, wait bool) (*hold, error) {
-	f := s.flight
-	p, err := f.permit(key)
+	p, err := s.flight.permit(key)
 	if err != nil {
 		return nil, err
 	}
-	start := s.cfg.clock.Now()
-	got := func(l store.Lease) (*hold, error) {
-		if t := trace.From(ctx); t != nil && t.PermitTaken != nil {
-			t.PermitTaken(ctx, s.cfg.clock.Now().Sub(start))
-		}
-		return &hold{s: s, p: p, lease: l, ctx: context.WithoutCancel(ctx)}, nil
-	}
-	id := newLeaseID()
-	extra := func() {} // a registration for release notices left unused
-	f.mu.Lock()
-	rm := f.rooms[p.Key]
-	if rm == nil || len(rm.waiters) == 0 { // nobody waits: try at once
-		f.mu.Unlock()
+	start, id := s.cfg.clock.Now(), newLeaseID()
+	if s.flight.waiting(p.Key) == 0 { // nobody of this process waits: try at once
 		t, err := s.takeOnce(ctx, &p, id)
-		if err != nil || t.OK {
-			if err != nil {
-				return nil, err
-			}
-			return got(t.Lease)
+		if err != nil {
+			return nil, err
 		}
-		if !wait {
-			return nil, s.full(key)
+		if t.OK {
+			return s.held(ctx, p, t.Lease, start), nil
 		}
-		// Registered before the room opens, outside f.mu: a shared store
-		// may wait for its subscription to be confirmed.
-		notify := make(chan struct{}, 1)
-		stop := s.store.Freed(&p, notify)
-		f.mu.Lock()
-		if rm = f.rooms[p.Key]; rm == nil {
-			rm = &room{notify: notify, stop: stop}
-			f.rooms[p.Key] = rm
-		} else {
-			extra = stop // another request opened the room meanwhile
-		}
-	} else if !wait {
-		f.mu.Unlock()
+	}
+	if !wait {
 		return nil, s.full(key)
 	}
-	if len(rm.waiters) >= f.maxWaiting {
-		f.leaveLocked(p.Key, rm, nil)
-		f.mu.Unlock()
-		extra()
+	rm, w := s.flight.join(s, &p)
+	if w == nil {
 		return nil, s.full(key)
 	}
-	w := &waiter{turn: make(chan struct{})}
-	rm.waiters = append(rm.waiters, w)
-	if len(rm.waiters) == 1 {
-		close(w.turn)
-	}
-	f.mu.Unlock()
-	extra()
-	defer f.leave(p.Key, rm, w)
+	defer s.flight.leave(p.Key, rm, w)
 	select {
 	case <-w.turn:
 	case <-ctx.Done():
@@ -198,12 +156,58 @@ func (s *Shaper) take(ctx context.Context, key string, wait bool) (*hold, error)
 			return nil, err
 		}
 		if t.OK {
-			return got(t.Lease)
+			return s.held(ctx, p, t.Lease, start), nil
 		}
 		if err := s.awaitRelease(ctx, rm, t.Expiry); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// held returns the hold of lease l on p, taken for a call that asked at
+// start, and tells ctx's trace how long it waited.
+func (s *Shaper) held(ctx context.Context, p store.Permit, l store.Lease, start time.Time) *hold {
+	if t := trace.From(ctx); t != nil && t.PermitTaken != nil {
+		t.PermitTaken(ctx, s.cfg.clock.Now().Sub(start))
+	}
+	return &hold{s: s, p: p, lease: l, ctx: context.WithoutCancel(ctx)}
+}
+
+// join puts a waiter at the end of p's room, opening the room (registered
+// for the store's release notices) if there is none; the first waiter is
+// the head at once. It returns no waiter when MaxWaiting already wait.
+func (f *flight) join(s *Shaper, p *store.Permit) (*room, *waiter) {
+	f.mu.Lock()
+	rm := f.rooms[p.Key]
+	var unused func() // a registration another request's room made needless
+	if rm == nil {
+		// Registered outside f.mu: a shared store may wait for its
+		// subscription to be confirmed.
+		f.mu.Unlock()
+		notify := make(chan struct{}, 1)
+		stop := s.store.Freed(p, notify)
+		f.mu.Lock()
+		if rm = f.rooms[p.Key]; rm == nil {
+			rm = &room{notify: notify, stop: stop}
+			f.rooms[p.Key] = rm
+		} else {
+			unused = stop
+		}
+	}
+	var w *waiter
+	if len(rm.waiters) < f.maxWaiting {
+		w = &waiter{turn: make(chan struct{})}
+		if rm.waiters = append(rm.waiters, w); len(rm.waiters) == 1 {
+			close(w.turn)
+		}
+	} else {
+		f.leaveLocked(p.Key, rm, nil) // closes a room just opened
+	}
+	f.mu.Unlock()
+	if unused != nil {
+		unused()
+	}
+	return rm, w
 }
 
 // awaitRelease waits for a notice that a permit of rm's key freed, or,
