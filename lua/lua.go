@@ -118,4 +118,14 @@ var (
 	//
 	//go:embed permit_count.lua
 	PermitCount string
+
+	// FairTurn is internal/fair's State.Turn on one key (a hash), operation
+	// for operation. KEYS: the fair key. ARGV: now in ms ("" reads Redis
+	// TIME), the TTL ms, MaxRun, then per candidate its name,
+	// weight, priority, cost and "w", "l" (last) or "x" (leaving). Reply:
+	// the granted candidate (0-based, "-1": none), the turn's start tag, V,
+	// then each candidate's finish tag.
+	//
+	//go:embed fair_turn.lua
+	FairTurn string
 )

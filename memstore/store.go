@@ -115,6 +115,7 @@ type mem struct {
 	algs atomic.Pointer[[]algorithms.Algorithm] // namespace id -> algorithm, copy on write
 
 	permits permits // the in-flight dimension's leases (permits.go)
+	turns   turns   // the fair turns of the flows waiting on a key (turns.go)
 
 	stop      chan struct{}
 	done      chan struct{}

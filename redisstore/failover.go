@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/fair"
 	"github.com/throttlekit/throttlekit-go/internal/store"
 	"github.com/throttlekit/throttlekit-go/internal/trace"
 	"github.com/throttlekit/throttlekit-go/memstore"
@@ -294,6 +295,18 @@ func (f *failover) PermitsInUse(ctx context.Context, p *store.Permit, now float6
 		return n, err
 	}
 	return f.twins.PermitsInUse(ctx, p, now)
+}
+
+// Turn asks Redis; during an outage FailLocal's twin takes the turns of
+// this process's flows, and under the other policies the outage is
+// reported (the shaper then serves its flows in its own order, and each
+// reservation meets the policy).
+func (f *failover) Turn(ctx context.Context, t *store.Turns, p fair.Params, cands []fair.Cand) (fair.Reply, error) {
+	reply, err := f.redis.Turn(ctx, t, p, cands)
+	if !outage(err) || f.local == nil {
+		return reply, err
+	}
+	return f.twins.Turn(ctx, t, p, cands)
 }
 
 // Freed registers ch with Redis and, under FailLocal, with the twin, so

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -54,9 +55,19 @@ type room struct {
 	waiters []*waiter
 	notify  chan struct{} // a permit of the key may have freed (store.Permits.Freed)
 	stop    func()
+	// The waiters are in the order of their flows' turns (a request with
+	// no Flow is in the flow ""): start-time fair queuing in this process,
+	// a permit for a turn of cost 1. Requests of one flow keep their
+	// arrival order, so with one flow the room is first come, first served.
+	v      float64            // the tag of the last waiter that became the head
+	finish map[string]float64 // per flow, the finish tag of its last waiter
 }
 
-type waiter struct{ turn chan struct{} } // closed when it becomes the head
+type waiter struct {
+	turn chan struct{} // closed when it becomes the head
+	tag  float64       // its flow's start tag (see room)
+	flow string
+}
 
 // newFlight checks spec, an in-flight dimension, and returns it.
 func newFlight(cfg *config, spec Dimension) (*flight, error) {
@@ -140,7 +151,11 @@ func (s *Shaper) take(ctx context.Context, key string, wait bool) (*hold, error)
 	if !wait {
 		return nil, s.full(key)
 	}
-	rm, w := s.flight.join(s, &p)
+	f, _ := FlowOf(ctx)
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	rm, w := s.flight.join(s, &p, f)
 	if w == nil {
 		return nil, s.full(key)
 	}
@@ -176,7 +191,7 @@ func (s *Shaper) held(ctx context.Context, p store.Permit, l store.Lease, start 
 // join puts a waiter at the end of p's room, opening the room (registered
 // for the store's release notices) if there is none; the first waiter is
 // the head at once. It returns no waiter when MaxWaiting already wait.
-func (f *flight) join(s *Shaper, p *store.Permit) (*room, *waiter) {
+func (f *flight) join(s *Shaper, p *store.Permit, fl Flow) (*room, *waiter) {
 	f.mu.Lock()
 	rm := f.rooms[p.Key]
 	var unused func() // a registration another request's room made needless
@@ -188,7 +203,7 @@ func (f *flight) join(s *Shaper, p *store.Permit) (*room, *waiter) {
 		stop := s.store.Freed(p, notify)
 		f.mu.Lock()
 		if rm = f.rooms[p.Key]; rm == nil {
-			rm = &room{notify: notify, stop: stop}
+			rm = &room{notify: notify, stop: stop, finish: map[string]float64{}}
 			f.rooms[p.Key] = rm
 		} else {
 			unused = stop
@@ -196,8 +211,17 @@ func (f *flight) join(s *Shaper, p *store.Permit) (*room, *waiter) {
 	}
 	var w *waiter
 	if len(rm.waiters) < f.maxWaiting {
-		w = &waiter{turn: make(chan struct{})}
-		if rm.waiters = append(rm.waiters, w); len(rm.waiters) == 1 {
+		tag := max(rm.v, rm.finish[fl.Name])
+		rm.finish[fl.Name] = tag + 1/fl.Weight
+		w = &waiter{turn: make(chan struct{}), tag: tag, flow: fl.Name}
+		// After the head, and after every waiter whose tag is not above
+		// its own: a flow's requests keep their order.
+		at := len(rm.waiters)
+		for at > 1 && rm.waiters[at-1].tag > tag {
+			at--
+		}
+		if rm.waiters = slices.Insert(rm.waiters, at, w); len(rm.waiters) == 1 {
+			rm.v = tag
 			close(w.turn)
 		}
 	} else {
@@ -258,6 +282,7 @@ func (f *flight) leaveLocked(key string, rm *room, w *waiter) {
 		if x == w {
 			rm.waiters = append(rm.waiters[:i], rm.waiters[i+1:]...)
 			if i == 0 && len(rm.waiters) > 0 {
+				rm.v = rm.waiters[0].tag
 				close(rm.waiters[0].turn)
 			}
 			break

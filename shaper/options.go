@@ -28,7 +28,10 @@ type config struct {
 	clock    Clock
 	precise  time.Duration // 0: default sleeps
 	refresh  time.Duration // WithContractRefresh
+	maxRun   int           // WithMaxPriorityRun
 	err      error
+
+	maxRunSet bool
 
 	refreshSet bool
 }

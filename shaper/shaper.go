@@ -74,8 +74,9 @@ type Shaper struct {
 	any    bool // Any: a dimension admitting is enough (algorithms.AnyWithin)
 	slot   *dim // the dimension whose key is the hash slot (nil: the caller's key); see Dimension.Slot
 
-	flight   *flight // the in-flight dimension (nil: none); see inflight.go
-	rateless bool    // no dimension but the in-flight one
+	flight    *flight   // the in-flight dimension (nil: none); see inflight.go
+	fairRooms fairRooms // the requests waiting for their flow's turn, per key (fair.go)
+	rateless  bool      // no dimension but the in-flight one
 
 	liveState // changing the contract while it runs (live.go)
 }

@@ -63,6 +63,9 @@ func (s *Shaper) acquire(ctx context.Context, key string, cost int64, permit int
 	case s.flight != nil && permit == forAcquire:
 		return s.holding(ctx, key, cost, true)
 	}
+	if f, ok := ctx.Value(flowCtxKey{}).(Flow); ok {
+		return s.fair(ctx, key, cost, f)
+	}
 	if !s.queues {
 		return s.waitRetry(ctx, key, cost)
 	}

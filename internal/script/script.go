@@ -7,11 +7,13 @@ package script
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/fair"
 	"github.com/throttlekit/throttlekit-go/internal/gcra"
 	"github.com/throttlekit/throttlekit-go/lua"
 )
@@ -61,6 +63,9 @@ var (
 	// PermitCount reads how many leases an in-flight key holds (now); it
 	// replies with the count.
 	PermitCount = redis.NewScript(lua.Lib + lua.PermitCount)
+	// FairTurn is fair.State.Turn on one key (see lua.FairTurn); its reply
+	// is read by ParseTurn.
+	FairTurn = redis.NewScript(lua.Lib + lua.FairTurn)
 )
 
 // Float formats x as the scripts read it: exactly, in at most 17 significant digits.
@@ -482,4 +487,47 @@ func ParseCount(v any) (int64, error) {
 		return 0, fmt.Errorf("throttlekit: unexpected count %v in a permit script's reply", v)
 	}
 	return n, nil
+}
+
+// TurnArgs returns FairTurn's ARGV: now, the TTL, MaxRun, then
+// each candidate's five values.
+func TurnArgs(now string, p fair.Params, cands []fair.Cand) []any {
+	args := make([]any, 0, 3+5*len(cands))
+	args = append(args, now, Float(p.TTL), p.MaxRun)
+	for _, c := range cands {
+		flag := "w"
+		switch {
+		case c.Leave:
+			flag = "x"
+		case c.Last:
+			flag = "l"
+		}
+		args = append(args, c.Name, Float(c.Weight), c.Priority, Float(c.Cost), flag)
+	}
+	return args
+}
+
+// ParseTurn reads FairTurn's reply for n candidates, checking every element.
+func ParseTurn(v any, n int) (fair.Reply, error) {
+	vs, ok := v.([]any)
+	if !ok || len(vs) != 3+n {
+		return fair.Reply{}, fmt.Errorf("throttlekit: unexpected fair_turn reply %v", v)
+	}
+	nums := make([]float64, len(vs))
+	for i, it := range vs {
+		s, ok := it.(string)
+		if !ok {
+			return fair.Reply{}, fmt.Errorf("throttlekit: fair_turn reply element %d is %T, want a string", i, it)
+		}
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return fair.Reply{}, fmt.Errorf("throttlekit: fair_turn reply element %d is %q, want a number", i, s)
+		}
+		nums[i] = x
+	}
+	g := nums[0]
+	if g != math.Trunc(g) || g < -1 || g >= float64(n) {
+		return fair.Reply{}, fmt.Errorf("throttlekit: fair_turn reply grants candidate %v of %d", g, n)
+	}
+	return fair.Reply{Granted: int(g), Start: nums[1], V: nums[2], Finish: nums[3:]}, nil
 }

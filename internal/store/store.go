@@ -66,6 +66,8 @@ type Backend interface {
 	Watch(prefix string) *atomic.Uint64
 	// Permits: the in-flight dimension's leases.
 	Permits
+	// FairTurns: the turns of the flows waiting on a key.
+	FairTurns
 }
 
 // OneKey is the capability of a store that decides one dimension on one

@@ -1,0 +1,512 @@
+package shaper
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/fair"
+	"github.com/throttlekit/throttlekit-go/internal/store"
+)
+
+// Flow names whom a request is made for (a tenant, a user, a job group),
+// with its share and class, so that the requests waiting on one key take
+// turns fairly instead of in arrival order. Attach it to a request's ctx
+// with WithFlow; Wait and Acquire then wait for the flow's turn (see
+// docs/FAIRNESS.md).
+type Flow struct {
+	// Name identifies the flow among the flows of a key, fleet-wide ("" is a
+	// flow too); at most MaxFlowName bytes.
+	Name string
+	// Weight is the flow's share relative to the other flows of its class
+	// waiting on the key (0: 1); in [MinWeight, MaxWeight].
+	Weight float64
+	// Priority is the flow's class: a class's turns come before those of
+	// every lower class, but for one turn in WithMaxPriorityRun + 1 while
+	// a lower class waits (the rule against starvation).
+	Priority Priority
+}
+
+// Priority is a flow's class: higher first.
+type Priority int
+
+// The priority classes named here; any value in [MinPriority, MaxPriority]
+// is a class.
+const (
+	Batch       Priority = -1
+	Normal      Priority = 0 // the zero Flow's
+	Interactive Priority = 1
+)
+
+// Bounds of a Flow's fields.
+const (
+	MaxFlowName          = 256
+	MinWeight            = 1e-6
+	MaxWeight            = 1e6
+	MinPriority Priority = -100
+	MaxPriority Priority = 100
+)
+
+// DefaultMaxPriorityRun is how many turns in a row higher classes take
+// while a lower class waits, unless WithMaxPriorityRun says otherwise: the
+// lower class then gets the next one, so it keeps at least a tenth of the
+// key's rate.
+const DefaultMaxPriorityRun = 9
+
+// WithMaxPriorityRun sets how many turns in a row the flows of higher
+// classes may take while a flow of a lower class waits on the same key
+// (default DefaultMaxPriorityRun); the next turn goes to the lower class,
+// which so keeps at least 1/(n+1) of the key's rate. 0 is strict priority:
+// a lower class waits as long as a higher one has requests waiting.
+func WithMaxPriorityRun(n int) Option {
+	return func(c *config) {
+		if n < 0 {
+			c.err = &ConfigError{Algorithm: "fair", Field: "MaxPriorityRun", Value: n, Reason: "must be >= 0"}
+			return
+		}
+		c.maxRun, c.maxRunSet = n, true
+	}
+}
+
+// ErrInvalidFlow is matched by a *FlowError.
+var ErrInvalidFlow = errors.New("throttlekit: invalid flow")
+
+// FlowError reports a Flow refused at the boundary; nothing was reserved.
+type FlowError struct {
+	Flow   Flow
+	Reason string
+}
+
+// Error says what was wrong with the flow.
+func (e *FlowError) Error() string {
+	name := e.Flow.Name
+	if len(name) > 64 {
+		name = name[:64] + "..."
+	}
+	return fmt.Sprintf("throttlekit: flow %q: %s", name, e.Reason)
+}
+
+// Unwrap returns ErrInvalidFlow.
+func (e *FlowError) Unwrap() error { return ErrInvalidFlow }
+
+type flowCtxKey struct{}
+
+// WithFlow returns a copy of ctx carrying f: Wait and Acquire of a shaper
+// given that ctx wait for f's turn among the flows waiting on their key.
+// The transport (the request's ctx) and the queue (the job's ctx) pass it
+// on. Reserve and Allow ignore it: their slot is known at once.
+func WithFlow(ctx context.Context, f Flow) context.Context {
+	return context.WithValue(ctx, flowCtxKey{}, f)
+}
+
+// FlowOf returns the flow ctx carries, if any (see WithFlow).
+func FlowOf(ctx context.Context) (Flow, bool) {
+	f, ok := ctx.Value(flowCtxKey{}).(Flow)
+	return f, ok
+}
+
+// check refuses a flow out of bounds, and sets the default weight.
+func (f *Flow) check() error {
+	switch {
+	case len(f.Name) > MaxFlowName:
+		return &FlowError{Flow: *f, Reason: fmt.Sprintf("name longer than MaxFlowName (%d bytes)", MaxFlowName)}
+	case f.Weight == 0:
+		f.Weight = 1
+	case !(f.Weight >= MinWeight && f.Weight <= MaxWeight): // NaN too
+		return &FlowError{Flow: *f, Reason: fmt.Sprintf("weight %v out of [%v, %v]", f.Weight, MinWeight, MaxWeight)}
+	}
+	if f.Priority < MinPriority || f.Priority > MaxPriority {
+		return &FlowError{Flow: *f, Reason: fmt.Sprintf("priority %d out of [%d, %d]", f.Priority, MinPriority, MaxPriority)}
+	}
+	return nil
+}
+
+// maxCands is how many of its flows a process puts forward for a turn at
+// once: the first of each class, then the next in order.
+const maxCands = 16
+
+// contention is how long after a turn went to another process's flow the
+// dispatcher keeps asking a slot ahead.
+const contention = 10 * time.Second
+
+// fairRooms holds, per key, the requests of this process waiting for
+// their flow's turn.
+type fairRooms struct {
+	mu    sync.Mutex
+	rooms map[string]*fairRoom
+}
+
+// fairRoom is one key's waiting requests, by flow. Its dispatcher (one
+// goroutine while any request waits) asks the store whose turn is next,
+// reserves that flow's first request's slot, hands it over, and asks again
+// once the slot has come: so at most one slot of the process runs ahead of
+// the turns, and a request that arrives is at most that slot behind.
+type fairRoom struct {
+	key       string
+	flows     map[string]*flowQueue
+	waiting   int
+	v         float64   // V, as the store last said
+	lead      time.Time // the last slot the dispatcher reserved
+	contended time.Time // when a turn last went to another process's flow
+	seq       uint64    // orders flows first seen here
+	leaving   []fair.Cand
+	kick      chan struct{} // wakes the dispatcher (the room emptied)
+}
+
+// flowQueue is one flow's requests in a room, in arrival order.
+type flowQueue struct {
+	Flow
+	finish float64 // its finish tag, as the store last said
+	seq    uint64
+	q      []*fairWaiter
+}
+
+type fairWaiter struct {
+	ctx  context.Context
+	cost int64
+	span time.Duration // how long its slot spaces the key (span)
+	out  chan fairResult
+	gone bool // under fairRooms.mu: its caller left
+}
+
+type fairResult struct {
+	r   Reservation
+	err error
+}
+
+// span is how long cost units space key's slots: the slowest dimension's
+// interval for its share of cost (at least 1 ms).
+func span(c *contract, cost int64) time.Duration {
+	var d time.Duration
+	for _, dm := range c.dims {
+		n := cost
+		if dm.cost != nil {
+			n = dm.cost(cost)
+		}
+		if dm.rate.Count > 0 && n > 0 {
+			d = max(d, time.Duration(float64(dm.rate.Period)*float64(n)/float64(dm.rate.Count)))
+		}
+	}
+	return max(d, time.Millisecond)
+}
+
+// fair is Acquire for a request with a flow: it waits for the flow's turn,
+// then sleeps until the slot it was granted.
+func (s *Shaper) fair(ctx context.Context, key string, cost int64, f Flow) (Reservation, error) {
+	if err := f.check(); err != nil {
+		return Reservation{}, err
+	}
+	for {
+		r, err := s.awaitTurn(ctx, key, cost, f)
+		if err != nil || r.Delay <= 0 {
+			return r, err
+		}
+		paused, err := s.sleepChecking(ctx, key, r)
+		if err != nil {
+			return Reservation{}, err
+		}
+		if !paused {
+			return r, nil
+		}
+	}
+}
+
+// awaitTurn waits for f's turn on key and returns the reservation granted
+// then, without sleeping until its slot.
+func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) (Reservation, error) {
+	c := s.live()
+	if err := s.validate(ctx, c, key, cost); err != nil {
+		return Reservation{}, err
+	}
+	w := &fairWaiter{ctx: ctx, cost: cost, span: span(c, cost), out: make(chan fairResult, 1)}
+	fr := &s.fairRooms
+	fr.mu.Lock()
+	rm := fr.rooms[key]
+	if rm == nil {
+		rm = &fairRoom{key: key, flows: map[string]*flowQueue{}, kick: make(chan struct{}, 1)}
+	}
+	if err := s.refuseAtOnce(ctx, c, rm, key, f, w); err != nil {
+		fr.mu.Unlock()
+		return Reservation{}, err
+	}
+	if fr.rooms == nil {
+		fr.rooms = map[string]*fairRoom{}
+	}
+	start := fr.rooms[key] == nil
+	fr.rooms[key] = rm
+	fq := rm.flows[f.Name]
+	if fq == nil {
+		rm.seq++
+		fq = &flowQueue{Flow: f, finish: math.Inf(-1), seq: rm.seq}
+		rm.flows[f.Name] = fq
+	}
+	fq.Weight, fq.Priority = f.Weight, f.Priority // the latest request's say
+	fq.q = append(fq.q, w)
+	rm.waiting++
+	fr.mu.Unlock()
+	if start {
+		go s.dispatch(rm)
+	}
+	select {
+	case res := <-w.out:
+		return res.r, res.err
+	case <-ctx.Done():
+	}
+	fr.mu.Lock()
+	w.gone = true
+	if i := slices.Index(fq.q, w); i >= 0 { // still queued: leave
+		fq.q = slices.Delete(fq.q, i, i+1)
+		rm.waiting--
+		rm.forgetIfEmpty(fq)
+		if rm.waiting == 0 {
+			select {
+			case rm.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+	fr.mu.Unlock()
+	select {
+	case res := <-w.out: // granted as it left: give the slot back
+		if res.err == nil {
+			_ = res.r.Cancel(context.WithoutCancel(ctx))
+		}
+	default:
+	}
+	return Reservation{}, ctx.Err()
+}
+
+// forgetIfEmpty drops fq once it has no request waiting: the store is told
+// the flow left with the next call.
+func (rm *fairRoom) forgetIfEmpty(fq *flowQueue) {
+	if len(fq.q) > 0 {
+		return
+	}
+	delete(rm.flows, fq.Name)
+	rm.leaving = append(rm.leaving, fair.Cand{Name: fq.Name, Weight: fq.Weight, Priority: int(fq.Priority), Leave: true})
+}
+
+// refuseAtOnce refuses w, of flow f, when its slot, as this process sees
+// the key, would come past ctx's deadline (a *DeadlineError) or MaxQueue
+// (a *QueueFullError): after the slot the dispatcher holds, the slots of
+// the requests that go before it here, then its own. The caller holds
+// fairRooms.mu.
+func (s *Shaper) refuseAtOnce(ctx context.Context, c *contract, rm *fairRoom, key string, f Flow, w *fairWaiter) error {
+	now := s.cfg.clock.Now()
+	// Behind a slot held or a request waiting, its own slot follows theirs
+	// (with nothing ahead, the schedule alone says: the reservation does).
+	wait := rm.ahead(f)
+	if lead := rm.lead.Sub(now); lead > 0 || wait > 0 {
+		wait += max(lead, 0) + w.span
+	}
+	if dl, ok := ctx.Deadline(); ok && wait > dl.Sub(now) {
+		return &DeadlineError{Key: key, Delay: wait, Deadline: dl}
+	}
+	if s.queues && wait > c.maxQueue {
+		return &QueueFullError{Key: key, Delay: wait, MaxQueue: c.maxQueue}
+	}
+	return nil
+}
+
+// ahead is how long the requests waiting in rm that go before a request
+// of f arriving now space the key: all those of higher classes and, in f's
+// class, those whose start tags are below its own (lower classes and other
+// processes are not counted).
+func (rm *fairRoom) ahead(f Flow) time.Duration {
+	tag := func(fq *flowQueue) float64 { return max(rm.v, fq.finish) }
+	mine := rm.v
+	if fq := rm.flows[f.Name]; fq != nil {
+		mine = tag(fq)
+		for _, w := range fq.q {
+			mine += float64(w.cost) / f.Weight
+		}
+	}
+	var d time.Duration
+	for name, fq := range rm.flows {
+		switch {
+		case fq.Priority < f.Priority:
+			continue
+		case fq.Priority > f.Priority || name == f.Name:
+			for _, w := range fq.q {
+				d += w.span
+			}
+			continue
+		}
+		t := tag(fq)
+		for _, w := range fq.q {
+			if t >= mine {
+				break
+			}
+			d += w.span
+			t += float64(w.cost) / fq.Weight
+		}
+	}
+	return d
+}
+
+// candidates returns the flows rm puts forward for the next turn, and the
+// flows that left since the last call: the first flow of each class, then
+// the next ones in order, at most maxCands. The caller holds
+// fairRooms.mu.
+func (rm *fairRoom) candidates() ([]fair.Cand, []*flowQueue) {
+	all := make([]*flowQueue, 0, len(rm.flows))
+	for _, fq := range rm.flows {
+		all = append(all, fq)
+	}
+	slices.SortFunc(all, func(a, b *flowQueue) int {
+		if a.Priority != b.Priority {
+			return cmp.Compare(b.Priority, a.Priority)
+		}
+		return cmp.Or(cmp.Compare(max(rm.v, a.finish), max(rm.v, b.finish)), cmp.Compare(a.seq, b.seq))
+	})
+	picked := make([]*flowQueue, 0, min(len(all), maxCands))
+	for i, fq := range all { // the first of each class
+		if (i == 0 || all[i-1].Priority != fq.Priority) && len(picked) < maxCands {
+			picked = append(picked, fq)
+		}
+	}
+	for _, fq := range all {
+		if len(picked) >= maxCands {
+			break
+		}
+		if !slices.Contains(picked, fq) {
+			picked = append(picked, fq)
+		}
+	}
+	cands := make([]fair.Cand, 0, len(picked)+len(rm.leaving))
+	for _, fq := range picked {
+		cands = append(cands, fair.Cand{Name: fq.Name, Weight: fq.Weight, Priority: int(fq.Priority), Cost: float64(fq.q[0].cost), Last: len(fq.q) == 1})
+	}
+	cands = append(cands, rm.leaving...)
+	rm.leaving = rm.leaving[:0]
+	return cands, picked
+}
+
+// dispatch serves rm's turns while requests wait in it (see fairRoom).
+func (s *Shaper) dispatch(rm *fairRoom) {
+	fr := &s.fairRooms
+	t := &store.Turns{Base: s.cfg.prefix, Key: rm.key, Slot: s.slotOf(rm.key)}
+	ctx := context.Background()
+	for {
+		fr.mu.Lock()
+		if rm.waiting == 0 {
+			delete(fr.rooms, rm.key)
+			leaving := rm.leaving
+			fr.mu.Unlock()
+			if len(leaving) > 0 {
+				_, _ = s.store.Turn(ctx, t, fair.Params{Now: algorithms.Millis(s.cfg.clock.Now())}, leaving)
+			}
+			return
+		}
+		cands, picked := rm.candidates()
+		span := picked[0].q[0].span
+		now := s.cfg.clock.Now()
+		// Another process's flow had the turn lately: ask a slot ahead,
+		// so that a turn passing between processes loses no slot.
+		lead := time.Duration(0)
+		if now.Sub(rm.contended) < contention {
+			lead = span
+		}
+		ttl := max(8*span, 2*rm.lead.Sub(now)+4*span, 200*time.Millisecond)
+		fr.mu.Unlock()
+
+		p := fair.Params{Now: algorithms.Millis(now), TTL: algorithms.DurationMillis(ttl), MaxRun: s.maxRun()}
+		st := startStore(ctx)
+		reply, err := s.store.Turn(ctx, t, p, cands)
+		st.done("turn", err)
+		if err != nil { // the store is down: this process's order alone; the reservation meets the failure policy
+			reply = fair.Reply{Granted: 0, V: rm.v, Finish: make([]float64, len(cands))}
+			for i := range cands {
+				if i < len(picked) {
+					reply.Finish[i] = picked[i].finish
+				}
+			}
+		}
+
+		fr.mu.Lock()
+		if reply.Granted < 0 {
+			rm.contended = now
+		}
+		rm.v = reply.V
+		for i, fq := range picked {
+			fq.finish = reply.Finish[i]
+		}
+		var w *fairWaiter
+		if reply.Granted >= 0 && reply.Granted < len(picked) {
+			fq := picked[reply.Granted]
+			if len(fq.q) > 0 {
+				w, fq.q = fq.q[0], fq.q[1:]
+				rm.waiting--
+				if len(fq.q) == 0 {
+					delete(rm.flows, fq.Name) // it said Last: the store knows it left
+				}
+			}
+		}
+		fr.mu.Unlock()
+		if w == nil {
+			if reply.Granted < 0 { // another process's flow has it: ask again soon
+				s.pauseDispatch(rm, now.Add(span/2))
+			}
+			continue
+		}
+
+		r, err := s.turnSlot(rm.key, w)
+		fr.mu.Lock()
+		gone := w.gone
+		if !gone {
+			w.out <- fairResult{r: r, err: err}
+		}
+		if err == nil {
+			rm.lead = r.Time()
+		}
+		fr.mu.Unlock()
+		if gone && err == nil {
+			_ = r.Cancel(context.WithoutCancel(w.ctx))
+		}
+		if err == nil {
+			s.pauseDispatch(rm, r.Time().Add(-lead))
+		}
+	}
+}
+
+// turnSlot reserves the slot of w, whose flow has the turn: with the leaky
+// bucket at once (within its deadline), with the other algorithms once it
+// is admitted (waitRetry).
+func (s *Shaper) turnSlot(key string, w *fairWaiter) (Reservation, error) {
+	if !s.queues {
+		return s.waitRetry(w.ctx, key, w.cost)
+	}
+	limit := noLimit
+	if dl, ok := w.ctx.Deadline(); ok {
+		limit = algorithms.DurationMillis(time.Until(dl))
+	}
+	return s.reserve(w.ctx, key, w.cost, limit, false)
+}
+
+// pauseDispatch sleeps until t, or until rm empties.
+func (s *Shaper) pauseDispatch(rm *fairRoom, t time.Time) {
+	d := t.Sub(s.cfg.clock.Now())
+	if d <= 0 {
+		return
+	}
+	tm := s.cfg.clock.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C():
+	case <-rm.kick:
+	}
+}
+
+// maxRun is MaxPriorityRun in force.
+func (s *Shaper) maxRun() int {
+	if s.cfg.maxRunSet {
+		return s.cfg.maxRun
+	}
+	return DefaultMaxPriorityRun
+}

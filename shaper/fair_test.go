@@ -1,0 +1,423 @@
+package shaper
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/conform"
+	"github.com/throttlekit/throttlekit-go/memstore"
+)
+
+// fairDep is one departure of a fair test: its flow and instant.
+type fairDep struct {
+	flow string
+	at   time.Time
+}
+
+// fairLog records the departures of a fair test.
+type fairLog struct {
+	mu   sync.Mutex
+	deps []fairDep
+	wg   sync.WaitGroup
+}
+
+// submit starts n requests of f on key after delay, each waiting with ctx;
+// a request refused or cancelled is not recorded (a refusal other than
+// ctx's end fails the test).
+func (l *fairLog) submit(t *testing.T, ctx context.Context, s *Shaper, key string, f Flow, n int, delay time.Duration) {
+	t.Helper()
+	l.wg.Go(func() {
+		time.Sleep(delay)
+		fctx := WithFlow(ctx, f)
+		var inner sync.WaitGroup
+		for range n {
+			inner.Go(func() {
+				if err := s.Wait(fctx, key, 1); err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("flow %q: %v", f.Name, err)
+					}
+					return
+				}
+				l.mu.Lock()
+				l.deps = append(l.deps, fairDep{f.Name, time.Now()})
+				l.mu.Unlock()
+			})
+
+		}
+		inner.Wait()
+	})
+}
+
+// sorted returns the departures in time order.
+func (l *fairLog) sorted() []fairDep {
+	l.wg.Wait()
+	deps := slices.Clone(l.deps)
+	slices.SortStableFunc(deps, func(a, b fairDep) int { return a.at.Compare(b.at) })
+	return deps
+}
+
+// conforms replays deps through the contract (interval ms, no burst).
+func conforms(t *testing.T, deps []fairDep, interval float64) {
+	t.Helper()
+	cd := make([]conform.Departure, len(deps))
+	for i, d := range deps {
+		cd[i] = conform.Departure{At: algorithms.Millis(d.at), Cost: 1}
+	}
+	if d, ok := conform.Check(interval, 0, cd); !ok {
+		t.Fatalf("departure at %v breaks the contract", d.At)
+	}
+}
+
+// noGap fails if two consecutive departures are more than interval apart:
+// no slot was wasted while requests waited.
+func noGap(t *testing.T, deps []fairDep, interval time.Duration) {
+	t.Helper()
+	for i := 1; i < len(deps); i++ {
+		if gap := deps[i].at.Sub(deps[i-1].at); gap > interval {
+			t.Fatalf("a gap of %v between departures %d and %d: a slot was lost while flows waited", gap, i-1, i)
+		}
+	}
+}
+
+func newFairShaper(t *testing.T, opts ...Option) *Shaper {
+	t.Helper()
+	opts = append([]Option{WithMaxQueue(1000 * time.Second)}, opts...)
+	s, err := New(memstore.New(memstore.WithSweepInterval(0)), PerSecond(10), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A backlogged with 1,000 at 10/s; B arrives 10 s in with 10 at weight 1:1:
+// B's 10 depart within 2 s, alternating with A, and no slot is lost.
+func TestFairALateFlowIsNotQueuedBehindABacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFairShaper(t)
+		ctx, cancel := context.WithCancel(bg)
+		start := time.Now()
+		var l fairLog
+		l.submit(t, ctx, s, "k", Flow{Name: "A"}, 1000, 0)
+		l.submit(t, ctx, s, "k", Flow{Name: "B"}, 10, 10*time.Second)
+		time.Sleep(15 * time.Second)
+		cancel()
+		deps := l.sorted()
+		conforms(t, deps, 100)
+		noGap(t, deps, 100*time.Millisecond)
+		var bs []int
+		for i, d := range deps {
+			if d.flow == "B" {
+				bs = append(bs, i)
+			}
+		}
+		if len(bs) != 10 {
+			t.Fatalf("%d of B's 10 departed", len(bs))
+		}
+		arrived := start.Add(10 * time.Second)
+		if last := deps[bs[9]].at.Sub(arrived); last > 2*time.Second {
+			t.Fatalf("B's last request departed %v after B arrived, want at most 2 s", last)
+		}
+		for i := 1; i < len(bs); i++ {
+			if bs[i]-bs[i-1] != 2 {
+				t.Fatalf("B's departures at positions %v: not alternating with A", bs)
+			}
+		}
+		if n := len(deps); n < 149 {
+			t.Fatalf("%d departures in 15 s at 10/s", n)
+		}
+	})
+}
+
+// shares counts each flow's departures in [from, to).
+func shares(deps []fairDep, from, to time.Time) map[string]int {
+	n := map[string]int{}
+	for _, d := range deps {
+		if !d.at.Before(from) && d.at.Before(to) {
+			n[d.flow]++
+		}
+	}
+	return n
+}
+
+// Weights 3:1, both backlogged: 75 % and 25 % of the departures, within
+// 2 %; the same with the flows in two shapers sharing one store, as two
+// processes share Redis.
+func TestFairWeightsGiveTheirShares(t *testing.T) {
+	for _, procs := range []int{1, 2} {
+		t.Run(map[int]string{1: "one-shaper", 2: "two-shapers"}[procs], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := memstore.New(memstore.WithSweepInterval(0))
+				var sh [2]*Shaper
+				for i := range procs {
+					s, err := New(st, PerSecond(10), WithMaxQueue(1000*time.Second))
+					if err != nil {
+						t.Fatal(err)
+					}
+					sh[i] = s
+				}
+				if procs == 1 {
+					sh[1] = sh[0]
+				}
+				ctx, cancel := context.WithCancel(bg)
+				start := time.Now()
+				var l fairLog
+				l.submit(t, ctx, sh[0], "k", Flow{Name: "A", Weight: 3}, 500, 0)
+				l.submit(t, ctx, sh[1], "k", Flow{Name: "B", Weight: 1}, 500, 0)
+				time.Sleep(40 * time.Second)
+				cancel()
+				deps := l.sorted()
+				conforms(t, deps, 100)
+				noGap(t, deps, 100*time.Millisecond)
+				n := shares(deps, start, start.Add(40*time.Second))
+				total := float64(n["A"] + n["B"])
+				if a := float64(n["A"]) / total; math.Abs(a-0.75) > 0.02 {
+					t.Fatalf("A %d, B %d: A's share %.3f, want 0.75 ± 0.02", n["A"], n["B"], a)
+				}
+				if total < 395 {
+					t.Fatalf("%v departures in 40 s at 10/s", total)
+				}
+				t.Logf("A %d, B %d of %v", n["A"], n["B"], total)
+			})
+		})
+	}
+}
+
+// An interactive request arriving while a batch flow saturates the key
+// departs at the first slot the dispatcher does not already hold: at most
+// one slot behind. And while interactive requests saturate it, the batch
+// flow keeps one turn in DefaultMaxPriorityRun + 1.
+func TestFairInteractiveBeforeBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFairShaper(t)
+		ctx, cancel := context.WithCancel(bg)
+		var l fairLog
+		l.submit(t, ctx, s, "k", Flow{Name: "backfill", Priority: Batch}, 500, 0)
+		for i := range 20 {
+			arrive := time.Duration(i)*time.Second + 1234*time.Millisecond
+			l.wg.Go(func() {
+				time.Sleep(arrive)
+				at := time.Now()
+				if err := s.Wait(WithFlow(ctx, Flow{Name: "user", Priority: Interactive}), "k", 1); err != nil {
+					t.Error(err)
+					return
+				}
+				if w := time.Since(at); w > 200*time.Millisecond {
+					t.Errorf("an interactive request waited %v behind the batch flow, more than one slot (100 ms) behind the next", w)
+				}
+			})
+		}
+		time.Sleep(21 * time.Second)
+		// Interactive requests saturate the key for 20 s: the batch flow
+		// keeps a tenth of the turns.
+		start := time.Now()
+		l.submit(t, ctx, s, "k", Flow{Name: "chat", Priority: Interactive}, 400, 0)
+		time.Sleep(20 * time.Second)
+		cancel()
+		deps := l.sorted()
+		conforms(t, deps, 100)
+		n := shares(deps, start.Add(time.Second), start.Add(20*time.Second))
+		if got, want := n["backfill"], 19; got < want-1 || got > want+1 {
+			t.Fatalf("batch %d, interactive %d in 19 s: want the batch flow about one turn in %d (%d)", n["backfill"], n["chat"], DefaultMaxPriorityRun+1, want)
+		}
+	})
+}
+
+// With WithMaxPriorityRun(0) priority is strict: the batch flow waits
+// while an interactive one has requests waiting.
+func TestFairStrictPriority(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFairShaper(t, WithMaxPriorityRun(0))
+		ctx, cancel := context.WithCancel(bg)
+		var l fairLog
+		l.submit(t, ctx, s, "k", Flow{Name: "chat", Priority: Interactive}, 100, 0)
+		synctest.Wait()
+		l.submit(t, ctx, s, "k", Flow{Name: "backfill", Priority: Batch}, 100, 0)
+		time.Sleep(15 * time.Second)
+		cancel()
+		deps := l.sorted()
+		for i, d := range deps {
+			if d.flow == "backfill" && i < 99 { // the first chat request departed alone
+				t.Fatalf("a batch request departed %d-th, while interactive ones waited", i)
+			}
+		}
+	})
+}
+
+// A request whose turn, as the process sees it, comes past its deadline or
+// MaxQueue is refused at once, and takes nothing: the others depart as if
+// it never came. A new flow's turn comes at once, so it is not refused.
+func TestFairRefusesAtOnceWhatItsTurnCannotMeet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := New(memstore.New(memstore.WithSweepInterval(0)), PerSecond(10), WithMaxQueue(10050*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(bg)
+		var l fairLog
+		l.submit(t, ctx, s, "k", Flow{Name: "A"}, 101, 0) // the last of them 10 s away
+		synctest.Wait()
+		dctx, dcancel := context.WithTimeout(WithFlow(bg, Flow{Name: "A"}), time.Second)
+		defer dcancel()
+		at := time.Now()
+		var de *DeadlineError
+		if err := s.Wait(dctx, "k", 1); !errors.As(err, &de) || time.Since(at) != 0 {
+			t.Fatalf("A's 102nd request with 1 s to live: %v after %v, want a *DeadlineError at once", err, time.Since(at))
+		}
+		var qf *QueueFullError
+		if err := s.Wait(WithFlow(bg, Flow{Name: "A"}), "k", 1); !errors.As(err, &qf) || !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("A's 102nd request, 10.1 s away, past MaxQueue: %v, want a *QueueFullError", err)
+		}
+		bctx, bcancel := context.WithTimeout(WithFlow(bg, Flow{Name: "B"}), time.Second)
+		defer bcancel()
+		if err := s.Wait(bctx, "k", 1); err != nil {
+			t.Fatalf("B, a new flow, with 1 s to live: %v", err)
+		}
+		time.Sleep(12 * time.Second)
+		cancel()
+		deps := l.sorted()
+		if len(deps) != 101 {
+			t.Fatalf("%d of A's 101 departed", len(deps))
+		}
+		noGap(t, deps, 200*time.Millisecond) // B's one slot among them
+		conforms(t, deps, 100)
+	})
+}
+
+// A bad flow is refused at the boundary with a *FlowError, and nothing is
+// reserved.
+func TestFairRefusesABadFlow(t *testing.T) {
+	s := newFairShaper(t)
+	for _, f := range []Flow{
+		{Name: strings.Repeat("x", MaxFlowName+1)},
+		{Weight: -1},
+		{Weight: math.NaN()},
+		{Weight: math.Inf(1)},
+		{Weight: MaxWeight * 2},
+		{Priority: MaxPriority + 1},
+		{Priority: MinPriority - 1},
+	} {
+		var fe *FlowError
+		err := s.Wait(WithFlow(bg, f), "k", 1)
+		if !errors.As(err, &fe) || !errors.Is(err, ErrInvalidFlow) {
+			t.Fatalf("flow %+v: %v, want a *FlowError", f, err)
+		}
+	}
+	st, err := s.Status(bg, "k", 1)
+	if err != nil || st.Remaining != 1 {
+		t.Fatalf("after refusals: %+v, %v: want nothing taken", st, err)
+	}
+	if _, err := New(memstore.New(memstore.WithSweepInterval(0)), PerSecond(1), WithMaxPriorityRun(-1)); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("WithMaxPriorityRun(-1): %v", err)
+	}
+}
+
+// Requests that give up while they wait take nothing, and the flows left
+// keep the key busy: no slot lost, the contract kept.
+func TestFairCancelledWaitersLoseNoSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFairShaper(t)
+		ctx, cancel := context.WithCancel(bg)
+		short, cancelShort := context.WithCancel(ctx)
+		var l fairLog
+		l.submit(t, short, s, "k", Flow{Name: "A"}, 100, 0)
+		l.submit(t, ctx, s, "k", Flow{Name: "B"}, 100, 0)
+		l.submit(t, short, s, "k", Flow{Name: "C", Weight: 2}, 100, 0)
+		time.Sleep(3050 * time.Millisecond)
+		cancelShort()
+		time.Sleep(5 * time.Second)
+		cancel()
+		deps := l.sorted()
+		conforms(t, deps, 100)
+		noGap(t, deps, 100*time.Millisecond)
+		if len(deps) < 80 {
+			t.Fatalf("%d departures in 8 s", len(deps))
+		}
+	})
+}
+
+// Fair turns beside a pause, an in-flight limit and a live rate change:
+// the requests held by the pause leave paced after it, in turn; the
+// permits bound what is open; the new rate applies to the turns after it.
+func TestFairWithPauseInFlightAndLiveChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := All(memstore.New(memstore.WithSweepInterval(0)), []Dimension{
+			{Name: "rate", Rate: PerSecond(10)},
+			{Name: "open", InFlight: 3},
+		}, WithMaxQueue(1000*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(bg)
+		start := time.Now()
+		var mu sync.Mutex
+		var deps []fairDep
+		var open, most int
+		var wg sync.WaitGroup
+		for _, f := range []Flow{{Name: "A"}, {Name: "B"}} {
+			for range 60 {
+				wg.Go(func() {
+					r, err := s.Acquire(WithFlow(ctx, f), "k", 1)
+					if err != nil {
+						if ctx.Err() == nil {
+							t.Error(err)
+						}
+						return
+					}
+					mu.Lock()
+					deps = append(deps, fairDep{f.Name, time.Now()})
+					open++
+					most = max(most, open)
+					mu.Unlock()
+					time.Sleep(150 * time.Millisecond)
+					mu.Lock()
+					open--
+					mu.Unlock()
+					_ = r.Release(bg)
+				})
+			}
+		}
+		time.Sleep(2 * time.Second)
+		if err := s.Pause(bg, "k", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		if err := s.SetRate(bg, "rate", PerSecond(5)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second)
+		cancel()
+		wg.Wait()
+		slices.SortFunc(deps, func(a, b fairDep) int { return a.at.Compare(b.at) })
+		if most > 3 {
+			t.Fatalf("%d open at once, limit 3", most)
+		}
+		var before, during, after []fairDep
+		for _, d := range deps {
+			switch el := d.at.Sub(start); {
+			case el < 2*time.Second:
+				before = append(before, d)
+			case el < 4*time.Second:
+				during = append(during, d)
+			case el >= 5*time.Second+200*time.Millisecond: // past the change, and the slot held before it
+				after = append(after, d)
+			}
+		}
+		if len(during) > 1 { // a slot granted before the pause may still leave at its instant
+			t.Fatalf("%d departures during the pause", len(during))
+		}
+		conforms(t, before, 100)
+		conforms(t, after, 200)
+		n := shares(after, start, start.Add(time.Hour))
+		if d := n["A"] - n["B"]; d < -1 || d > 1 {
+			t.Fatalf("after the change A %d, B %d: not taking turns", n["A"], n["B"])
+		}
+	})
+}
