@@ -166,6 +166,7 @@ var (
 	_ shaper.StatusReader = (*Reserver)(nil)
 	_ shaper.Clamper      = (*Reserver)(nil)
 	_ shaper.PermitHolder = (*Reserver)(nil)
+	_ shaper.TurnTaker    = (*Reserver)(nil)
 )
 
 // Wrap returns a Reserver that records OpenTelemetry metrics and span events
@@ -350,6 +351,20 @@ func (w *Reserver) Wait(ctx context.Context, key string, cost int64) error {
 // it recorded in MetricPermitWait.
 func (w *Reserver) Acquire(ctx context.Context, key string, cost int64) (shaper.Reservation, error) {
 	return w.wait(ctx, key, cost, true)
+}
+
+// AwaitTurn delegates to the wrapped Reserver's AwaitTurn (see
+// shaper.Shaper.AwaitTurn), its store calls recorded as the shaper's
+// always are; a wrapped Reserver without the method reserves at once
+// (Reserve). The request's departure is its caller's: no wait is recorded.
+func (w *Reserver) AwaitTurn(ctx context.Context, key string, cost int64) (shaper.Reservation, error) {
+	if w.inner == nil {
+		return shaper.Reservation{}, errNil
+	}
+	if t, ok := w.inner.(shaper.TurnTaker); ok {
+		return t.AwaitTurn(itrace.With(ctx, w.trace), key, cost)
+	}
+	return w.inner.Reserve(itrace.With(ctx, w.trace), key, cost)
 }
 
 // HoldsPermits reports whether the wrapped Reserver's reservations of key

@@ -83,6 +83,7 @@ type Queue struct {
 	mu       sync.Mutex
 	pending  jobHeap
 	reserved int // Submits past the WithMaxPending check, not yet in pending
+	awaiting int // jobs of a flow waiting for its turn (await), not yet in pending
 	seq      uint64
 	closing  bool
 	wake     chan struct{}   // nudges the dispatcher
@@ -176,6 +177,16 @@ func (h *jobHeap) Pop() any {
 // wait for a worker meanwhile: give such keys a queue of their own. Any
 // other job's reservation, should it hold a permit, is released too when
 // the job returns.
+//
+// A job whose ctx carries a flow (shaper.WithFlow) on a Reserver that
+// takes turns (shaper.TurnTaker) is not given its slot at once either: it
+// waits for its flow's turn among the jobs and requests waiting on its key
+// (shaper.Shaper.AwaitTurn), holding no worker, and is then queued for the
+// slot it was granted, so that a tenant's backlog does not hold up the
+// jobs of another submitted after it. Submit accepts it at once; the
+// shaper's refusals (a turn past the deadline or MaxQueue) go to the error
+// handler (Do returns them). A permit job keeps the path above: it takes
+// its turn once its worker holds the permit.
 func (q *Queue) Submit(ctx context.Context, job Job) error {
 	_, err := q.enqueue(ctx, job, nil)
 	return err
@@ -215,7 +226,7 @@ func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item,
 	}
 	// The cap counts the Submits still reserving, so that it holds however
 	// many arrive at once.
-	if q.maxPending > 0 && q.pending.Len()+q.reserved >= q.maxPending {
+	if q.maxPending > 0 && q.pending.Len()+q.reserved+q.awaiting >= q.maxPending {
 		q.mu.Unlock()
 		return nil, ErrFull
 	}
@@ -229,6 +240,19 @@ func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item,
 		q.mu.Unlock()
 		q.nudge()
 		return it, nil
+	}
+	if _, ok := shaper.FlowOf(ctx); ok {
+		if t, ok := q.r.(shaper.TurnTaker); ok { // it waits for its flow's turn (await)
+			if err := ctx.Err(); err != nil {
+				q.mu.Unlock()
+				return nil, err
+			}
+			q.awaiting++
+			it := &item{job: job, ctx: ctx, result: result}
+			q.mu.Unlock()
+			go q.await(t, it)
+			return it, nil
+		}
 	}
 	q.reserved++
 	q.mu.Unlock()
@@ -249,6 +273,39 @@ func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item,
 	q.mu.Unlock()
 	q.nudge()
 	return it, nil
+}
+
+// await waits for the turn of the flow of it's ctx (shaper.AwaitTurn),
+// holding no worker, then queues it for the slot it was granted. Close
+// giving up ends the wait (ErrClosed).
+func (q *Queue) await(t shaper.TurnTaker, it *item) {
+	ctx, cancel := context.WithCancelCause(it.ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(q.stop, func() { cancel(ErrClosed) })
+	res, err := t.AwaitTurn(ctx, it.job.Key, it.job.Cost)
+	stop()
+	q.mu.Lock()
+	q.awaiting--
+	switch {
+	case err != nil:
+		switch {
+		case it.ctx.Err() != nil: // as for a job whose ctx ends before it starts
+			err = it.ctx.Err()
+		case ctx.Err() != nil: // Close gave up before its turn came
+			err = ErrClosed
+		}
+	case q.stop.Err() != nil: // Close gave up as it came: the dispatcher is gone
+		err = ErrClosed
+	default:
+		it.at, it.res = res.Time(), res
+		q.push(it)
+	}
+	q.mu.Unlock()
+	if err != nil {
+		giveBack(it.ctx, &res)
+		q.report(it, err)
+	}
+	q.nudge()
 }
 
 // push queues it; the caller holds q.mu.
@@ -322,7 +379,7 @@ func (q *Queue) dispatch() {
 	for {
 		q.mu.Lock()
 		if q.pending.Len() == 0 {
-			closing := q.closing
+			closing := q.closing && q.awaiting == 0
 			q.mu.Unlock()
 			if closing {
 				return
@@ -438,7 +495,10 @@ func (q *Queue) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
-	q.giveUp() // the dispatcher exits, and running jobs' ctx is cancelled
+	q.mu.Lock()
+	awaiting := q.awaiting // each reports ErrClosed (await)
+	q.giveUp()             // the dispatcher exits, and running jobs' ctx is cancelled
+	q.mu.Unlock()
 	<-q.done
 	q.mu.Lock()
 	left := append([]*item(nil), q.pending...)
@@ -446,7 +506,7 @@ func (q *Queue) Close(ctx context.Context) error {
 	for _, it := range left {
 		q.withdraw(it, ErrClosed)
 	}
-	withdrawn := len(left) + int(q.dropped.Load())
+	withdrawn := len(left) + int(q.dropped.Load()) + awaiting
 	select {
 	case <-drained:
 		return &CloseError{Withdrawn: withdrawn, Err: ctx.Err()}
@@ -455,11 +515,12 @@ func (q *Queue) Close(ctx context.Context) error {
 	return &CloseError{Withdrawn: withdrawn, Running: int(q.nrun.Load()), Err: ctx.Err()}
 }
 
-// Pending returns how many jobs are waiting for their departure.
+// Pending returns how many jobs are waiting for their departure (those of
+// a flow waiting for its turn too).
 func (q *Queue) Pending() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.pending.Len()
+	return q.pending.Len() + q.awaiting
 }
 
 // Wrap paces an existing consumer loop (a Kafka, SQS or channel reader)

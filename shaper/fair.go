@@ -217,6 +217,30 @@ func (s *Shaper) fair(ctx context.Context, key string, cost int64, f Flow) (Rese
 	}
 }
 
+// AwaitTurn waits for the turn of ctx's flow (see WithFlow; without one,
+// the zero Flow's) among this key's waiting requests, and returns the
+// reservation granted then, without sleeping until its slot, which is at
+// most about one slot away per process sharing the key: the caller
+// departs at its Time, or gives it back (Cancel). It is Acquire for a
+// scheduler that holds the request meanwhile (the queue does). It refuses
+// as Acquire does: at once with a *DeadlineError or *QueueFullError when
+// the turn cannot come in time, with ctx.Err() when ctx ends while it
+// waits. With an in-flight dimension it waits for its permit first, and
+// the reservation holds it until Release.
+func (s *Shaper) AwaitTurn(ctx context.Context, key string, cost int64) (Reservation, error) {
+	if s == nil {
+		return Reservation{}, errNilShaper
+	}
+	if s.flight != nil {
+		return s.holding(ctx, key, cost, holdTurn)
+	}
+	f, _ := FlowOf(ctx)
+	if err := f.check(); err != nil {
+		return Reservation{}, err
+	}
+	return s.awaitTurn(ctx, key, cost, f)
+}
+
 // awaitTurn waits for f's turn on key and returns the reservation granted
 // then, without sleeping until its slot.
 func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) (Reservation, error) {

@@ -350,12 +350,12 @@ func (s *Shaper) errHoldsPermits() error {
 // an in-flight dimension: bad input is refused before anything is taken;
 // then a permit, then the slot in the dimensions of rate. The permit is
 // given back when no slot is granted.
-func (s *Shaper) holding(ctx context.Context, key string, cost int64, wait bool) (Reservation, error) {
+func (s *Shaper) holding(ctx context.Context, key string, cost int64, mode int) (Reservation, error) {
 	c := s.live()
 	if err := s.validate(ctx, c, key, cost); err != nil {
 		return Reservation{}, err
 	}
-	h, err := s.take(ctx, key, wait)
+	h, err := s.take(ctx, key, mode != holdReserve)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -363,8 +363,12 @@ func (s *Shaper) holding(ctx context.Context, key string, cost int64, wait bool)
 	switch {
 	case s.rateless:
 		r = Reservation{s: s, c: c, now: s.cfg.clock.Now(), key: key, cost: cost, m: nothingToLimit, done: true}
-	case wait:
+	case mode == holdAcquire:
 		r, err = s.acquire(ctx, key, cost, taken)
+	case mode == holdTurn:
+		f, _ := FlowOf(ctx) // checked by take
+		_ = f.check()
+		r, err = s.awaitTurn(ctx, key, cost, f)
 	default:
 		r, err = s.reserve(ctx, key, cost, noLimit, false)
 	}
@@ -375,6 +379,13 @@ func (s *Shaper) holding(ctx context.Context, key string, cost int64, wait bool)
 	r.permit = h
 	return r, nil
 }
+
+// How holding takes the slot once it holds the permit.
+const (
+	holdReserve = iota // Reserve: at once, never waiting for a permit
+	holdAcquire        // Acquire: waits for the slot
+	holdTurn           // AwaitTurn: waits for the turn, not the slot
+)
 
 // validate refuses what the dimensions of rate would refuse of key and
 // cost whatever their state: a bad key, a cost never admissible.

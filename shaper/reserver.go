@@ -38,10 +38,17 @@ type (
 	PermitHolder interface {
 		HoldsPermits(key string) bool
 	}
+	// TurnTaker is a Reserver that can wait for a flow's turn without
+	// sleeping until the slot (Shaper.AwaitTurn): a scheduler holds the
+	// request meanwhile.
+	TurnTaker interface {
+		AwaitTurn(ctx context.Context, key string, cost int64) (Reservation, error)
+	}
 )
 
 var (
 	_ Acquirer     = (*Shaper)(nil)
+	_ TurnTaker    = (*Shaper)(nil)
 	_ StatusReader = (*Shaper)(nil)
 	_ Clamper      = (*Shaper)(nil)
 	_ PermitHolder = (*Shaper)(nil)

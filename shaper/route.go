@@ -67,6 +67,19 @@ func (r *router) Acquire(ctx context.Context, key string, cost int64) (Reservati
 	return Reservation{}, to.Wait(ctx, key, cost)
 }
 
+// AwaitTurn waits for the turn on the Reserver key routes to (see
+// Shaper.AwaitTurn); one without the method reserves at once (Reserve).
+func (r *router) AwaitTurn(ctx context.Context, key string, cost int64) (Reservation, error) {
+	to, err := r.to(key)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if t, ok := to.(TurnTaker); ok {
+		return t.AwaitTurn(ctx, key, cost)
+	}
+	return to.Reserve(ctx, key, cost)
+}
+
 // HoldsPermits reports whether the Reserver key routes to holds permits
 // (see Shaper.HoldsPermits); one without the method holds none.
 func (r *router) HoldsPermits(key string) bool {

@@ -486,7 +486,7 @@ func (s *Shaper) reserve(ctx context.Context, key string, cost int64, limit floa
 		return Reservation{}, errNilShaper
 	}
 	if permits && s.flight != nil {
-		return s.holding(ctx, key, cost, false)
+		return s.holding(ctx, key, cost, holdReserve)
 	}
 	var dec algorithms.Decision
 	c := s.cur.Load() // s.live(), inlined

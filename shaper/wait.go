@@ -61,7 +61,7 @@ func (s *Shaper) acquire(ctx context.Context, key string, cost int64, permit int
 	case s.flight != nil && permit == forWait:
 		return Reservation{}, s.errHoldsPermits()
 	case s.flight != nil && permit == forAcquire:
-		return s.holding(ctx, key, cost, true)
+		return s.holding(ctx, key, cost, holdAcquire)
 	}
 	if f, ok := ctx.Value(flowCtxKey{}).(Flow); ok {
 		return s.fair(ctx, key, cost, f)
