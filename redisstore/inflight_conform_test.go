@@ -67,3 +67,18 @@ func TestInFlightATakeCutShortLeavesNoPermit(t *testing.T) {
 		}
 	}
 }
+
+// Fair turns on a node and on a real 3-master cluster give the memory
+// store's replies, bit for bit: lua/fair_turn.lua is internal/fair's Turn.
+func TestFairTurnsMatchMemoryStore(t *testing.T) {
+	t.Parallel()
+	_, node := redisClient(t)
+	cluster := redistest.StartCluster(t).Client(t)
+	for _, client := range []redis.UniversalClient{node, cluster} {
+		storetest.FairTurns(t, storetest.Candidate{Name: fmt.Sprintf("%T", client), New: func() shaper.Store {
+			s := New(client, WithClientClock(), WithTimeout(slowMachine))
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}})
+	}
+}
