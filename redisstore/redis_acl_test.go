@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/internal/fair"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
 	"github.com/throttlekit/throttlekit-go/internal/store"
 	"github.com/throttlekit/throttlekit-go/lua"
@@ -69,7 +70,7 @@ func TestTheDocumentedACLRuleIsExact(t *testing.T) {
 	used := map[string]bool{"evalsha": true, "eval": true, "del": true, "pttl": true, // the store's own: scripts, Reset, a pause's time left
 		"subscribe": true, "ping": true} // release notices (Freed), and go-redis's health check of that subscription
 	for _, src := range []string{lua.Lib, lua.Ledger, lua.Reserve, lua.ReserveGCRA, lua.GCRAAlone, lua.ReserveBatch, lua.Settle, lua.Status, lua.Pause, lua.Contract, lua.Clamp,
-		lua.PermitTake, lua.PermitRelease, lua.PermitRenew, lua.PermitCount} {
+		lua.PermitTake, lua.PermitRelease, lua.PermitRenew, lua.PermitCount, lua.FairTurn} {
 		for _, m := range regexp.MustCompile(`redis\.p?call\('([A-Z]+)'`).FindAllStringSubmatch(src, -1) {
 			used[strings.ToLower(m[1])] = true
 		}
@@ -103,7 +104,7 @@ func TestTheDocumentedACLRuleIsExact(t *testing.T) {
 // whole cross-store conformance (the test adds MULTI, EXEC and PERSIST,
 // which its own harness uses, never the store), and on Redis TIME every
 // operation, on a node and on the 3-master cluster, in-flight permits
-// included (take, count, renewal, release and its notice).
+// included (take, count, renewal, release and its notice), and fair turns.
 func TestRedisWorksThroughTheLeastPrivilegedUser(t *testing.T) {
 	t.Parallel()
 	rule, clusterRule := aclRules(t)
@@ -144,6 +145,7 @@ func TestRedisWorksThroughTheLeastPrivilegedUser(t *testing.T) {
 			_, steps["allow"] = sh.Allow(bg, "k", 1)
 			steps["pause"] = sh.Pause(bg, "k", 50*time.Millisecond)
 			steps["wait"] = sh.Wait(bg, "k", 1) // asks for the pause's time left
+			steps["fair wait"] = sh.Wait(shaper.WithFlow(bg, shaper.Flow{Name: "tenant"}), "k", 1) // a turn, and the flow leaving
 			steps["reset"] = sh.Reset(bg, "k")
 			for op, err := range steps {
 				if err != nil {
@@ -184,6 +186,32 @@ func TestRedisWorksThroughTheLeastPrivilegedUser(t *testing.T) {
 		}
 		if !noticed(ch, 2*time.Second) {
 			t.Fatalf("%s: the release was not announced", name)
+		}
+		// Fair turns, every command of the script: a grant, a refusal, a
+		// flow forgotten (HDEL), and the last flow leaving (DEL).
+		clientClock := New(client, WithClientClock(), WithTimeout(slowMachine)) // the steps' own instants
+		t.Cleanup(func() { _ = clientClock.Close() })
+		turns := store.Of(clientClock)
+		tr := &store.Turns{Base: "tk:acl:", Key: "turns", Slot: "turns"}
+		for i, step := range []struct {
+			cands []fair.Cand
+			want  int
+		}{
+			{[]fair.Cand{{Name: "b", Weight: 1, Cost: 1}}, 0},
+			{[]fair.Cand{{Name: "a", Weight: 1, Cost: 1}}, 0},
+			{[]fair.Cand{{Name: "a", Weight: 1, Cost: 1}}, -1}, // b, served earlier, has the turn
+			{[]fair.Cand{{Name: "b", Weight: 1, Cost: 1}}, 0},
+			{[]fair.Cand{{Name: "c", Weight: 1, Cost: 1}}, 0}, // a's wait expired: forgotten
+			{[]fair.Cand{{Name: "b", Leave: true}, {Name: "c", Leave: true}}, -1},
+		} {
+			p := fair.Params{Now: float64(1000 + 10*i), TTL: 25}
+			if i == 4 {
+				p.Now = 1100
+			}
+			r, err := turns.Turn(bg, tr, p, step.cands)
+			if err != nil || r.Granted != step.want {
+				t.Fatalf("%s: fair turn %d: %+v %v, want candidate %d granted", name, i, r, err, step.want)
+			}
 		}
 	}
 }

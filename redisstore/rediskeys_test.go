@@ -16,14 +16,17 @@ type keyTuple struct {
 }
 
 // keyKind is a kind of key: a state key, a pause key, an in-flight key
-// (permitKey), or a key the scripts derive from a state key (derivedSuffixes).
+// (permitKey), a key the scripts derive from a state key (derivedSuffixes),
+// or a key's fair turns (fairKey: the shaper's, not a dimension's, so its
+// tuple has no name).
 type keyKind uint8
 
 const (
 	stateKind keyKind = iota
 	pauseKind
 	inFlightKind
-	kinds = inFlightKind + 1 + keyKind(len(derivedSuffixes))
+	fairKind = inFlightKind + 1 + keyKind(len(derivedSuffixes))
+	kinds    = fairKind + 1
 )
 
 func (k keyTuple) redisKey() string {
@@ -32,8 +35,11 @@ func (k keyTuple) redisKey() string {
 	if k.name == "" {
 		tag = k.key // a shaper of one contract hashes on its own key
 	}
-	if k.kind == inFlightKind {
+	switch k.kind {
+	case inFlightKind:
 		return permitKey(&store.Permit{Dim: d, Key: k.key, Slot: tag})
+	case fairKind:
+		return fairKey(&store.Turns{Base: k.base, Key: k.key, Slot: k.tag})
 	}
 	keys := redisKeys(store.KeySet{Dims: []*store.Dim{d}, Keys: []string{k.key}, Slot: tag})
 	switch {
@@ -75,15 +81,20 @@ func FuzzRedisKeysAreInjective(f *testing.F) {
 		f.Add("tk:n:", "user", a, b, uint8(inFlightKind), "tk:n:", "user", a, b+":f", uint8(stateKind))
 		f.Add("tk:n:", "", a, a, uint8(inFlightKind), "tk:n:", "", a+":f", a+":f", uint8(stateKind))
 		f.Add("tk:n:", "f", a, b, uint8(inFlightKind), "tk:n:", "", "f", "f", uint8(i)%uint8(kinds))
+		f.Add("tk:n:", "", a, b, uint8(fairKind), "tk:n:", "", a, b+":q", uint8(stateKind))
+		f.Add("tk:n:", "", a, ":q:"+b, uint8(stateKind), "tk:n:", "", a, b, uint8(fairKind))
+		f.Add("tk:n:", "q", a, b, uint8(stateKind), "tk:n:", "", a, b, uint8(fairKind))
 	}
 	f.Fuzz(func(t *testing.T, base1, name1, tag1, key1 string, kind1 uint8, base2, name2, tag2, key2 string, kind2 uint8) {
 		a := keyTuple{base1, name1, tag1, key1, keyKind(kind1) % kinds}
 		b := keyTuple{base2, name2, tag2, key2, keyKind(kind2) % kinds}
-		if a.name == "" {
-			a.tag = a.key
-		}
-		if b.name == "" {
-			b.tag = b.key
+		for _, k := range []*keyTuple{&a, &b} {
+			switch {
+			case k.kind == fairKind: // the shaper's: no dimension name; tagged by the slot dimension's key
+				k.name = ""
+			case k.name == "":
+				k.tag = k.key
+			}
 		}
 		ka, kb := a.redisKey(), b.redisKey()
 		if (ka == kb) != (a == b) {
