@@ -144,7 +144,7 @@ func TestRedisWorksThroughTheLeastPrivilegedUser(t *testing.T) {
 			_, steps["status"] = sh.Status(bg, "k", 1)
 			_, steps["allow"] = sh.Allow(bg, "k", 1)
 			steps["pause"] = sh.Pause(bg, "k", 50*time.Millisecond)
-			steps["wait"] = sh.Wait(bg, "k", 1) // asks for the pause's time left
+			steps["wait"] = sh.Wait(bg, "k", 1)                                                    // asks for the pause's time left
 			steps["fair wait"] = sh.Wait(shaper.WithFlow(bg, shaper.Flow{Name: "tenant"}), "k", 1) // a turn, and the flow leaving
 			steps["reset"] = sh.Reset(bg, "k")
 			for op, err := range steps {
