@@ -19,6 +19,7 @@ type Transport struct {
 	r        shaper.Reserver
 	base     http.RoundTripper
 	key      func(*http.Request) string
+	flow     func(*http.Request) (shaper.Flow, bool) // WithFlow
 	cost     func(*http.Request) int64
 	maxWait  time.Duration
 	feedback bool
@@ -50,6 +51,14 @@ func WithCost(f func(*http.Request) int64) Option {
 			t.cost = f
 		}
 	}
+}
+
+// WithFlow names each request's flow (a tenant, a user; see shaper.Flow),
+// when f reports one, so that the requests waiting on a key take their
+// flows' turns instead of arrival order (docs/FAIRNESS.md). Without it,
+// a flow the request's ctx carries (shaper.WithFlow) is used.
+func WithFlow(f func(*http.Request) (shaper.Flow, bool)) Option {
+	return func(t *Transport) { t.flow = f }
 }
 
 // WithMaxWait bounds how long a request may wait for its slot (0, the default,
@@ -134,6 +143,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	key, cost := t.key(req), t.cost(req)
 	ctx := req.Context()
+	if t.flow != nil {
+		if f, ok := t.flow(req); ok {
+			ctx = shaper.WithFlow(ctx, f)
+		}
+	}
 	holds := t.holdsPermits(key)
 	res, err := t.wait(ctx, key, cost, holds)
 	if err != nil {
