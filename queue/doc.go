@@ -23,4 +23,11 @@
 // (shaper.Shaper.Acquire), runs it and releases the permit when it returns,
 // however it returns. Submit does not fail because every permit is held.
 // Wrap acquires and releases the same way.
+//
+// A job submitted with a ctx carrying a flow (shaper.WithFlow: a tenant,
+// its weight and priority class) waits for its flow's turn among the jobs
+// and requests waiting on its key, without holding a worker
+// (shaper.Shaper.AwaitTurn), and then runs at the slot it was granted: a
+// tenant's backlog does not hold up the jobs another tenant submits after
+// it.
 package queue

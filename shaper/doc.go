@@ -22,7 +22,11 @@
 // consumes nothing. All combines several contracts (requests and tokens per
 // minute); Any admits what any one of them admits. A dimension with
 // InFlight caps the calls open at once beside the rates, fleet-wide: each
-// reservation holds a permit until Reservation.Release. SetRate and SetMaxQueue
+// reservation holds a permit until Reservation.Release. A request whose
+// ctx carries a Flow (WithFlow: a tenant, its weight and priority class)
+// waits in Wait, Acquire or AwaitTurn for its flow's turn among the
+// requests waiting on its key, fleet-wide, instead of arrival order
+// (docs/FAIRNESS.md). SetRate and SetMaxQueue
 // change a running shaper's contract, and every process sharing its Redis
 // budget follows. Bad input gets a typed error and writes nothing; a done
 // ctx returns ctx.Err() unchanged. Shapers and stores are safe for

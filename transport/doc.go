@@ -18,4 +18,8 @@
 // response body is closed or read to its end, or the round trip fails: at
 // most InFlight calls of a key are open at once, fleet-wide on a shared
 // store. Close every response body (see New).
+//
+// A request whose ctx carries a flow (shaper.WithFlow), or that WithFlow
+// names from the request, waits for its flow's turn among the requests
+// waiting on its key instead of arrival order (docs/FAIRNESS.md).
 package transport
