@@ -98,6 +98,7 @@ func TestReport(t *testing.T) {
 	r.giveBack(t)
 	r.redis(t)
 	r.inflight(t)
+	r.fair(t)
 	r.fleet(t)
 	r.printf("\n## Targets missed\n\n")
 	if len(r.fail) == 0 {
@@ -113,7 +114,7 @@ func TestReport(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pacing.svg"), []byte(r.svg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## In-process", "## Keyed", "## Pacing", "## Settle and cancel", "## Redis", "## In-flight on Redis", "## Fleet"} {
+	for _, want := range []string{"## In-process", "## Keyed", "## Pacing", "## Settle and cancel", "## Redis", "## In-flight on Redis", "## Fair turns", "## Fleet"} {
 		if !strings.Contains(r.md.String(), want) {
 			t.Errorf("report lacks %q", want)
 		}
