@@ -92,7 +92,7 @@ if asks then
     if maxrun > 0 and Run >= maxrun then
       local low = nil
       for _, f in pairs(flows) do
-        if f.untl >= now and f.prio < best.prio and (low == nil or before(f, low)) then low = f end
+        if f.untl >= now and f.prio < best.prio and (low == nil or f.seq < low.seq) then low = f end
       end
       if low then best, starved = low, true end
     end

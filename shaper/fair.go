@@ -138,19 +138,34 @@ const contention = 10 * time.Second
 // fairRooms holds, per key, the requests of this process waiting for
 // their flow's turn.
 type fairRooms struct {
-	mu    sync.Mutex
-	rooms map[string]*fairRoom
+	mu     sync.Mutex
+	rooms  map[string]*fairRoom
+	opened uint64 // rooms opened: every 256th sweeps the idle ones
+}
+
+// sweep forgets the rooms nobody waits in whose last slot has passed. The
+// caller holds fr.mu.
+func (fr *fairRooms) sweep(now time.Time) {
+	for key, rm := range fr.rooms {
+		if !rm.running && rm.waiting == 0 && !rm.lead.After(now) {
+			delete(fr.rooms, key)
+		}
+	}
 }
 
 // fairRoom is one key's waiting requests, by flow. Its dispatcher (one
 // goroutine while any request waits) asks the store whose turn is next,
 // reserves that flow's first request's slot, hands it over, and asks again
 // once the slot has come: so at most one slot of the process runs ahead of
-// the turns, and a request that arrives is at most that slot behind.
+// the turns, and a request that arrives is at most that slot behind. The
+// room outlives its dispatcher until that slot has come, so that requests
+// arriving one at a time meanwhile wait in it too, where a later flow's
+// request can go before them.
 type fairRoom struct {
 	key       string
 	flows     map[string]*flowQueue
 	waiting   int
+	running   bool      // a dispatcher serves the room
 	v         float64   // V, as the store last said
 	lead      time.Time // the last slot the dispatcher reserved
 	contended time.Time // when a turn last went to another process's flow
@@ -262,8 +277,14 @@ func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) 
 	if fr.rooms == nil {
 		fr.rooms = map[string]*fairRoom{}
 	}
-	start := fr.rooms[key] == nil
-	fr.rooms[key] = rm
+	if fr.rooms[key] == nil {
+		fr.rooms[key] = rm
+		if fr.opened++; fr.opened%256 == 0 {
+			fr.sweep(s.cfg.clock.Now())
+		}
+	}
+	start := !rm.running
+	rm.running = true
 	fq := rm.flows[f.Name]
 	if fq == nil {
 		rm.seq++
@@ -304,6 +325,18 @@ func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) 
 	default:
 	}
 	return Reservation{}, ctx.Err()
+}
+
+// first returns the first request of rm's best flow, as candidates orders
+// them (rm has a request waiting). The caller holds fairRooms.mu.
+func (rm *fairRoom) first() *fairWaiter {
+	var best *flowQueue
+	for _, fq := range rm.flows {
+		if best == nil || fq.Priority > best.Priority || fq.Priority == best.Priority && max(rm.v, fq.finish) < max(rm.v, best.finish) {
+			best = fq
+		}
+	}
+	return best.q[0]
 }
 
 // forgetIfEmpty drops fq once it has no request waiting: the store is told
@@ -419,25 +452,34 @@ func (s *Shaper) dispatch(rm *fairRoom) {
 	ctx := context.Background()
 	for {
 		fr.mu.Lock()
+		now := s.cfg.clock.Now()
 		if rm.waiting == 0 {
-			delete(fr.rooms, rm.key)
+			rm.running = false
+			if !rm.lead.After(now) && fr.rooms[rm.key] == rm { // nothing held ahead: forget the room
+				delete(fr.rooms, rm.key)
+			}
 			leaving := rm.leaving
+			rm.leaving = nil
 			fr.mu.Unlock()
 			if len(leaving) > 0 {
-				_, _ = s.store.Turn(ctx, t, fair.Params{Now: algorithms.Millis(s.cfg.clock.Now())}, leaving)
+				_, _ = s.store.Turn(ctx, t, fair.Params{Now: algorithms.Millis(now)}, leaving)
 			}
 			return
 		}
-		cands, picked := rm.candidates()
-		span := picked[0].q[0].span
-		now := s.cfg.clock.Now()
+		span := rm.first().span
 		// Another process's flow had the turn lately: ask a slot ahead,
 		// so that a turn passing between processes loses no slot.
-		lead := time.Duration(0)
+		ahead := time.Duration(0)
 		if now.Sub(rm.contended) < contention {
-			lead = span
+			ahead = span
 		}
-		ttl := max(8*span, 2*rm.lead.Sub(now)+4*span, 200*time.Millisecond)
+		if wake := rm.lead.Add(-ahead); wake.After(now) { // the slot held has not come
+			fr.mu.Unlock()
+			s.pauseDispatch(rm, wake)
+			continue
+		}
+		cands, picked := rm.candidates()
+		ttl := max(8*span, 4*span+2*ahead, 200*time.Millisecond)
 		fr.mu.Unlock()
 
 		p := fair.Params{Now: algorithms.Millis(now), TTL: algorithms.DurationMillis(ttl), MaxRun: s.maxRun()}
@@ -492,9 +534,6 @@ func (s *Shaper) dispatch(rm *fairRoom) {
 		fr.mu.Unlock()
 		if gone && err == nil {
 			_ = r.Cancel(context.WithoutCancel(w.ctx))
-		}
-		if err == nil {
-			s.pauseDispatch(rm, r.Time().Add(-lead))
 		}
 	}
 }

@@ -421,3 +421,33 @@ func TestFairWithPauseInFlightAndLiveChange(t *testing.T) {
 		}
 	})
 }
+
+// Requests that arrive one at a time, each after the one before was
+// served (as queue.Submit's goroutines do), still wait in the key's room
+// rather than each reserving the next free slot: a flow arriving later
+// goes at most two slots after it arrives, not behind the backlog.
+func TestFairALateFlowIsNotQueuedBehindATrickle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := New(memstore.New(memstore.WithSweepInterval(0)), PerSecond(20), WithMaxQueue(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(bg)
+		a := WithFlow(ctx, Flow{Name: "A"})
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Go(func() { _ = s.Wait(a, "k", 1) })
+			synctest.Wait() // served, or waiting in the room
+		}
+		time.Sleep(time.Second)
+		at := time.Now()
+		if err := s.Wait(WithFlow(ctx, Flow{Name: "B"}), "k", 1); err != nil {
+			t.Fatal(err)
+		}
+		if w := time.Since(at); w > 100*time.Millisecond {
+			t.Fatalf("B waited %v behind A's requests, more than two slots (100 ms)", w)
+		}
+		cancel()
+		wg.Wait()
+	})
+}

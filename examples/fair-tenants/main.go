@@ -12,8 +12,11 @@
 //     first. From then on the Normal class takes 9 turns in 10, acme 3/4
 //     of them and globex 1/4, and backfill keeps the 10th (a lower class
 //     gets one turn after shaper.DefaultMaxPriorityRun in a row over it);
-//   - "support" (shaper.Interactive) submits one job every 1.5 s from 4 s:
-//     each goes before every backlog, and waits about a slot (1/rate).
+//   - "support" (shaper.Interactive) submits one job every 1.5 s from
+//     4 s: each goes before every backlog, at the first slot not yet
+//     granted when it arrives (the process holds one slot ahead of the
+//     turns), or one slot later when backfill's owed turn is due then: it
+//     waits one to three slots (a slot is 1/rate).
 //
 // A job's departure is the instant the queue calls its Run. The program
 // prints the departures per second of each tenant with acme's and globex's
@@ -49,6 +52,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -145,10 +149,11 @@ type timeline struct {
 // timeline is 2 s, from 4 s every 1.5 s for runs of 8 s and more; 1 s,
 // from 2 s every 0.5 s for shorter ones.
 func (c config) timeline() timeline {
-	tl := timeline{normal: 2 * time.Second, supportFrom: 4 * time.Second, supportEvery: 1500 * time.Millisecond}
+	tl := timeline{normal: 2 * time.Second, supportEvery: 1500 * time.Millisecond}
 	if c.duration < 8*time.Second {
-		tl = timeline{normal: time.Second, supportFrom: 2 * time.Second, supportEvery: 500 * time.Millisecond}
+		tl = timeline{normal: time.Second, supportEvery: 500 * time.Millisecond}
 	}
+	tl.supportFrom = 2 * tl.normal
 	tl.supportUntil = c.duration - 500*time.Millisecond
 	return tl
 }
@@ -278,7 +283,7 @@ func local(w io.Writer, c config) (Result, error) {
 	res.Failed, res.Unavailable = rec.failed, rec.unavailable
 	for _, d := range rec.deps {
 		if d.tenant == support.Name {
-			res.InteractiveWaits = append(res.InteractiveWaits, ms(d.wait))
+			res.InteractiveWaits = append(res.InteractiveWaits, math.Round(10*ms(d.wait))/10)
 		}
 	}
 	names := []string{backfill.Name, acme.Name, globex.Name, support.Name}
@@ -293,7 +298,7 @@ func local(w io.Writer, c config) (Result, error) {
 	for i, d := range res.InteractiveWaits {
 		waits[i] = fmt.Sprintf("%.0fms", d)
 	}
-	rep("support's waits, submission to departure (a slot is %v; expected within 2 slots): %s", slot(c.rate), strings.Join(waits, " "))
+	rep("support's waits, Submit to Run (a slot is %v; expected 1 to 3 slots: the first slot not yet granted, or the next when backfill's owed turn is due): %s", slot(c.rate), strings.Join(waits, " "))
 	if res.Failed > 0 {
 		return res, fmt.Errorf("%d jobs failed; the first: %v", res.Failed, rec.firstErr)
 	}
@@ -314,10 +319,10 @@ type Result struct {
 	// processes start their backlogs at slightly different instants).
 	From         float64        `json:"from_s"`
 	Departures   map[string]int `json:"departures"`
-	AcmeShare    float64        `json:"acme_share"`     // of acme's and globex's departures (the Normal class)
-	AcmeToGlobex float64        `json:"acme_to_globex"` // acme's departures per globex's
-	BatchShare   float64        `json:"batch_share"`    // backfill's share of all departures
-	Throughput   float64        `json:"throughput"`     // departures per second
+	AcmeShare    float64        `json:"acme_share"`            // of acme's and globex's departures (the Normal class)
+	AcmeToGlobex float64        `json:"acme_to_globex"`        // acme's departures per globex's
+	BatchShare   float64        `json:"batch_share,omitempty"` // backfill's share of all departures
+	Throughput   float64        `json:"throughput"`            // departures per second
 	// Busiest is the most departures in any 1 s window of the run
 	// (window.MostInOneSecond): at most Rate + Burst.
 	Busiest int `json:"busiest_1s"`

@@ -25,14 +25,17 @@ func TestMain(m *testing.M) {
 
 // The in-memory run, 4 s at 20/s: backfill (Batch) alone for the first
 // second, then acme (weight 3) and globex (weight 1) backlogged, and a
-// support job (Interactive) every 0.5 s from 2 s.
+// support job (Interactive) at 2, 2.5, 3 and 3.5 s.
 //
 // Tolerances: acme:globex is decided by the turns (start-time fair
 // queuing), not by timing, so over the 3 s both are backlogged (about 50
-// Normal departures) it is off 3:1 by a departure or two at most: 10 %
-// allows that. A support job departs at the first slot not yet granted
-// when it arrives, at most 2 slots later; its Run may lag that slot by
-// the queue's timer and the scheduler, a few ms under -race.
+// Normal departures) it is off 3:1 by a departure at most: 10 % allows
+// that (37:13 is 2.85, 38:12 3.17). A support job departs at the first
+// slot not yet granted when it arrives (the process holds one slot ahead
+// of the turns), or the one after when the turn owed to the lower classes
+// (one after 9 in a row over them) is due then: at most 3 slots later. Its
+// Run may lag that slot by the queue's timer and the scheduler, a few ms
+// under -race (schedLag).
 func TestTenantsShareTheKey(t *testing.T) {
 	c := config{rate: 20, workers: 4, duration: 4 * time.Second}
 	var out bytes.Buffer
@@ -41,13 +44,13 @@ func TestTenantsShareTheKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.InteractiveWaits) < 3 {
+	if len(res.InteractiveWaits) != 4 {
 		t.Errorf("%d support jobs departed, want 4", len(res.InteractiveWaits))
 	}
-	limit := ms(2*slot(c.rate) + schedLag)
+	limit := ms(3*slot(c.rate) + schedLag)
 	for _, w := range res.InteractiveWaits {
 		if w > limit {
-			t.Errorf("a support job waited %.1f ms, more than 2 slots (%v) and %v", w, 2*slot(c.rate), schedLag)
+			t.Errorf("a support job waited %.1f ms, more than 3 slots (%v) and %v", w, 3*slot(c.rate), schedLag)
 		}
 	}
 	if r := res.AcmeToGlobex; math.Abs(r/3-1) > 0.10 {
@@ -56,8 +59,11 @@ func TestTenantsShareTheKey(t *testing.T) {
 	if res.Busiest > c.rate+burst {
 		t.Errorf("%d departures in one second, more than the rate and its burst (%d)", res.Busiest, c.rate+burst)
 	}
-	if n := res.Departures[backfill.Name]; n == 0 {
-		t.Errorf("backfill (Batch) got no turn while the Normal flows were backlogged")
+	// backfill's 1 turn in 10: 6 of the 60 from 1 s, one less if the
+	// Normal backlogs' first turn comes a slot late (they are queued as
+	// the slot of 1 s is being granted); 4 leaves a margin.
+	if n := res.Departures[backfill.Name]; n < 4 {
+		t.Errorf("backfill (Batch) got %d turns of 60 while the Normal flows were backlogged, want about 1 in 10", n)
 	}
 }
 
@@ -75,12 +81,14 @@ const schedLag = 20 * time.Millisecond
 // on a loaded machine: over the 5 s after the first second (about 250
 // departures) acme's share is off 0.75 by a few departures at most, and
 // 5 % (relative) allows that. The busiest 1 s window is counted on the
-// departure instants (Run being called): the slots conform to 50/s burst
-// 1, and the lag of a Run behind its slot may add at most the burst. The
-// throughput after the first second: a turn passing between the
-// processes costs no slot (the dispatcher asks a slot ahead while another
-// process's flow has turns), so 90 % leaves room for a slow Redis call
-// on a loaded host, no more.
+// departure instants (Run being called): the slots, granted in Redis,
+// conform to 50/s burst 1 (at most 50 in a 1 s window); a Run lagging its
+// slot a little more than the Run 50 slots later brings one more into a
+// window, which the burst allows; two more would need the lags to differ
+// by more than a slot (20 ms). The throughput after the first second: a
+// turn passing between the processes costs no slot (the dispatcher asks
+// a slot ahead while another process's flow has turns), so 90 % leaves
+// room for a slow Redis call on a loaded host, no more.
 func TestFleetSharesAcrossProcesses(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not on PATH")

@@ -10,7 +10,9 @@
 // weight w starts at S = max(V, F) and finishes at F = S + c/w, where V is
 // the start tag of the last turn granted on the key. The next turn goes to
 // the waiting flow of highest priority with the least S; ties go to the
-// flow served (or first seen) least recently. A flow that arrives finds
+// flow served (or first seen) least recently. After MaxRun turns in a row
+// over a lower class waiting, the next goes to the lower-class flow served
+// (or first seen) least recently. A flow that arrives finds
 // S = V: it is never queued behind another flow's backlog, and a flow that
 // was idle keeps no credit.
 package fair
@@ -151,12 +153,13 @@ func (s *State) grant(p Params, cands []Cand, own []*Flow) int {
 		return -1
 	}
 	// A lower class waiting after MaxRun turns in a row over it gets this
-	// one: its best flow, by the same order.
+	// one: the flow of a lower class served (or first seen) least
+	// recently, so that every lower class has its turn.
 	starved := false
 	if p.MaxRun > 0 && s.Run >= float64(p.MaxRun) {
 		var low *Flow
 		for _, f := range s.Flows {
-			if f.Until >= p.Now && f.Priority < best.Priority && (low == nil || s.before(f, low)) {
+			if f.Until >= p.Now && f.Priority < best.Priority && (low == nil || f.Seq < low.Seq) {
 				low = f
 			}
 		}
