@@ -1,7 +1,7 @@
 package shaper_test
 
 // The model-based test of the whole public surface: random sequences of
-// Reserve, Allow, Acquire, Wait, Cancel, Settle (copies included), Status,
+// Reserve, Allow, Acquire (with a flow's turn too), Wait, Cancel, Settle (copies included), Status,
 // Pause, Clamp, Reset, SetRate, SetMaxQueue, concurrent bursts, advances of
 // the clock across TTLs, Sweep, and (on Redis) deleting the live contract's
 // record, on the memory store, a Redis node (coalescing on and off) and a
@@ -297,6 +297,7 @@ const (
 	opFollow
 	opFlood
 	opSleep
+	opFair
 )
 
 var opNames = []string{"Reserve", "Allow", "Acquire", "Wait", "Cancel", "Settle", "Copy", "Status", "Pause", "Clamp", "Reset", "SetRate", "SetMaxQueue", "Burst", "Advance", "Sweep", "DelRecord", "Follow", "Flood", "Sleep"}
@@ -329,7 +330,7 @@ func genOps(rng *rand.Rand, cfg modelCfg, n int) []mop {
 		k opKind
 		w int
 	}
-	ws := []w{{opReserve, 18}, {opAllow, 8}, {opAcquire, 6}, {opWait, 4}, {opCancel, 8}, {opSettle, 11}, {opCopy, 2},
+	ws := []w{{opReserve, 18}, {opAllow, 8}, {opAcquire, 6}, {opFair, 3}, {opWait, 4}, {opCancel, 8}, {opSettle, 11}, {opCopy, 2},
 		{opStatus, 7}, {opPause, 3}, {opClamp, 2}, {opReset, 2}, {opSetRate, 3}, {opSetMaxQueue, 1}, {opBurst, 5}, {opAdvance, 17}}
 	if cfg.world == "memory" {
 		ws = append(ws, w{opSweep, 3}, w{opFlood, 1})
@@ -1014,6 +1015,8 @@ func (m *mrun) do(o mop) {
 		m.doReserve(o, "reserve")
 	case opAcquire:
 		m.doReserve(o, "acquire")
+	case opFair:
+		m.doReserve(o, "fair")
 	case opStatus:
 		m.doStatus(o)
 	case opAllow:
@@ -1139,9 +1142,13 @@ func (m *mrun) doReserve(o mop, how string) {
 	before := m.clock.Now()
 	var r shaper.Reservation
 	var err error
-	if how == "acquire" {
+	switch how {
+	case "acquire":
 		r, err = s.Acquire(m.ctx, key, cost)
-	} else {
+	case "fair": // Acquire taking its flow's turn (one of three, of weights 1 to 3)
+		f := (o.key + int(o.sel*3)) % 3
+		r, err = s.Acquire(shaper.WithFlow(m.ctx, shaper.Flow{Name: string(rune('a' + f)), Weight: float64(1 + f)}), key, cost)
+	default:
 		r, err = s.Reserve(m.ctx, key, cost)
 	}
 	after := m.clock.Now()
@@ -1150,13 +1157,16 @@ func (m *mrun) doReserve(o mop, how string) {
 	ver, rates, certain := m.classify(si, a, bs)
 	if err != nil {
 		m.logf("%s sh%d %q cost %d: %s", how, si, key, cost, errText(err))
+		// Sequential, a fair request finds its key's room empty: its
+		// process's estimate of its turn is nothing, and the store's bound
+		// judges it as an Acquire.
 		if m.outcome(how, err, adm) && certain && ver >= 0 && (how == "reserve" || m.cfg.alg == "leaky") {
 			m.refused(how, key, cost, before, c, err)
 		}
 		return
 	}
 	m.outcome(how, nil, adm)
-	if how == "acquire" && after.Before(r.Time()) {
+	if how != "reserve" && after.Before(r.Time()) {
 		m.fail("time", "Acquire returned at %s, before its slot %s", m.rel(after), m.rel(r.Time()))
 	}
 	// An Acquire of the algorithms that do not queue may have slept and
