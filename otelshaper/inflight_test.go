@@ -178,3 +178,37 @@ func TestHoldsPermitsIsForwarded(t *testing.T) {
 		}
 	}
 }
+
+// AwaitTurn is forwarded to the wrapped Reserver, through any nesting and
+// Route: a flow's turn, then the slot granted at it, not slept to; a
+// Reserver without the method reserves at once.
+func TestAwaitTurnIsForwarded(t *testing.T) {
+	h := newHarness(t)
+	ctx := shaper.WithFlow(context.Background(), shaper.Flow{Name: "tenant"})
+	for _, c := range []struct {
+		name string
+		wrap func(shaper.Reserver) shaper.Reserver
+	}{
+		{"wrapped", func(r shaper.Reserver) shaper.Reserver { return h.wrap(r) }},
+		{"nested", func(r shaper.Reserver) shaper.Reserver { return h.wrap(h.wrap(r)) }},
+		{"over Route", func(r shaper.Reserver) shaper.Reserver {
+			return h.wrap(shaper.Route(func(string) shaper.Reserver { return r }))
+		}},
+		{"over a Reserver without the method", func(r shaper.Reserver) shaper.Reserver { return h.wrap(waitOnly{r}) }},
+	} {
+		s, _ := newShaper(t, shaper.PerSecond(10))
+		tt, ok := c.wrap(s).(shaper.TurnTaker)
+		if !ok {
+			t.Fatalf("%s: the wrapper is no shaper.TurnTaker", c.name)
+		}
+		for i, want := range []time.Duration{0, 100 * time.Millisecond} {
+			r, err := tt.AwaitTurn(ctx, "k", 1)
+			if err != nil || r.Delay != want {
+				t.Fatalf("%s: AwaitTurn %d: delay %v, %v; want %v", c.name, i, r.Delay, err, want)
+			}
+		}
+	}
+	if _, err := h.wrap(nil).(shaper.TurnTaker).AwaitTurn(ctx, "k", 1); err == nil {
+		t.Fatal("AwaitTurn over nil: no error")
+	}
+}

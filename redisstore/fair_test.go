@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,5 +102,65 @@ func TestFairSharesAcrossTwoStores(t *testing.T) {
 				t.Errorf("%d departures in the last 4 s at %d/s", total, rate)
 			}
 		})
+	}
+}
+
+// The failure policies apply to fair requests: while Redis is down, a
+// process serves its flows in their order (FailLocal's memory store takes
+// their turns), and each reservation meets the policy: FailClosed fails
+// it with an *Error matching ErrStoreUnavailable, FailOpen and FailLocal
+// grant it. Two flows backlogged under FailLocal still take turns.
+func TestFairRequestsUnderTheFailurePolicies(t *testing.T) {
+	t.Parallel()
+	srv, _ := redisClient(t)
+	shaperOf := func(policy FailurePolicy) *shaper.Shaper {
+		c := srv.Client(func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 })
+		st := New(c, WithTimeout(100*time.Millisecond), WithFailurePolicy(policy))
+		t.Cleanup(func() { _ = st.Close() })
+		s, err := shaper.New(st, shaper.PerSecond(20), shaper.WithName("fair-fail"), shaper.WithMaxQueue(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	closed, open, local := shaperOf(FailClosed), shaperOf(FailOpen), shaperOf(FailLocal(1))
+	a := shaper.WithFlow(bg, shaper.Flow{Name: "A"})
+	for _, s := range []*shaper.Shaper{closed, open, local} {
+		if err := s.Wait(a, "up", 1); err != nil {
+			t.Fatalf("with Redis up: %v", err)
+		}
+	}
+	srv.Kill()
+	if err := closed.Wait(a, "k", 1); !errors.Is(err, shaper.ErrStoreUnavailable) || !errors.As(err, new(*Error)) {
+		t.Fatalf("FailClosed: %v, want an *Error matching ErrStoreUnavailable", err)
+	}
+	if err := open.Wait(a, "k", 1); err != nil {
+		t.Fatalf("FailOpen: %v", err)
+	}
+	// FailLocal: A's backlog of 10, then B's 5: B's go one in two.
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	for _, f := range []string{"A", "B"} {
+		n := map[string]int{"A": 10, "B": 5}[f]
+		ctx := shaper.WithFlow(bg, shaper.Flow{Name: f})
+		for range n {
+			wg.Go(func() {
+				if err := local.Wait(ctx, "k", 1); err != nil {
+					t.Errorf("FailLocal, %s: %v", f, err)
+					return
+				}
+				mu.Lock()
+				order = append(order, f)
+				mu.Unlock()
+			})
+		}
+		time.Sleep(100 * time.Millisecond) // A's requests wait before B's arrive
+	}
+	wg.Wait()
+	got := strings.Join(order, "")
+	t.Logf("FailLocal departures: %s", got)
+	if i := strings.IndexByte(got, 'B'); i < 0 || i > 4 || !strings.Contains(got, "BABABAB") {
+		t.Fatalf("FailLocal departures %s: B's requests do not take turns with A's", got)
 	}
 }
