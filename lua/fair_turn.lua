@@ -8,7 +8,7 @@
 --   name, weight, priority, cost, and 'w' (waiting), 'l' (last) or 'x'
 --   (leaving).
 -- Reply: {granted candidate (0-based, '-1': none), the turn's start, V,
---   then each candidate's finish tag}.
+--   then each candidate's finish tag, then each candidate's seq}.
 local key, now = KEYS[1], clock(ARGV[1])
 local ttl, maxrun = tonumber(ARGV[2]), tonumber(ARGV[3])
 local raw = redis.pcall('HGETALL', key) -- check before writing anything
@@ -124,6 +124,10 @@ local reply = {tostring(granted), fmt(st), fmt(V)}
 for i = 1, n do
   local f = flows[names[i]]
   if f then reply[#reply + 1] = fmt(f.finish) else reply[#reply + 1] = fmt(0) end
+end
+for i = 1, n do
+  local f = flows[names[i]]
+  if f then reply[#reply + 1] = fmt(f.seq) else reply[#reply + 1] = fmt(0) end
 end
 local life = 0 -- the key lives as long as a flow waits
 for _, f in pairs(flows) do

@@ -124,7 +124,7 @@ var (
 	// TIME), the TTL ms, MaxRun, then per candidate its name,
 	// weight, priority, cost and "w", "l" (last) or "x" (leaving). Reply:
 	// the granted candidate (0-based, "-1": none), the turn's start tag, V,
-	// then each candidate's finish tag.
+	// then each candidate's finish tag, then each candidate's seq.
 	//
 	//go:embed fair_turn.lua
 	FairTurn string

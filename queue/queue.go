@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -82,8 +83,9 @@ type Queue struct {
 
 	mu       sync.Mutex
 	pending  jobHeap
-	reserved int // Submits past the WithMaxPending check, not yet in pending
-	awaiting int // jobs of a flow waiting for its turn (await), not yet in pending
+	reserved int            // Submits past the WithMaxPending check, not yet in pending
+	awaiting int            // jobs of a flow waiting for its turn (await), not yet in pending
+	awaits   sync.WaitGroup // the goroutines of those jobs, until they have reported or queued theirs
 	seq      uint64
 	closing  bool
 	wake     chan struct{}   // nudges the dispatcher
@@ -107,8 +109,10 @@ func WithMaxPending(n int) Option { return func(q *Queue) { q.maxPending = max(n
 
 // WithErrorHandler receives the error of every job submitted with Submit that
 // fails, panics (*PanicError), is cancelled before it runs (its ctx's error),
-// or cannot run before Close gives up (ErrClosed). The default discards them.
-// It is called from the queue's goroutines.
+// cannot run before Close gives up (ErrClosed), or is refused by the
+// shaper after Submit accepted it (a job that acquires a permit, or waits
+// for its flow's turn: a *shaper.QueueFullError, a *shaper.DeadlineError).
+// The default discards them. It is called from the queue's goroutines.
 func WithErrorHandler(f func(Job, error)) Option { return func(q *Queue) { q.onError = f } }
 
 // New returns a queue pacing its jobs on r, and starts its dispatcher; Close
@@ -183,10 +187,12 @@ func (h *jobHeap) Pop() any {
 // waits for its flow's turn among the jobs and requests waiting on its key
 // (shaper.Shaper.AwaitTurn), holding no worker, and is then queued for the
 // slot it was granted, so that a tenant's backlog does not hold up the
-// jobs of another submitted after it. Submit accepts it at once; the
-// shaper's refusals (a turn past the deadline or MaxQueue) go to the error
-// handler (Do returns them). A permit job keeps the path above: it takes
-// its turn once its worker holds the permit.
+// jobs of another submitted after it. Submit refuses a bad flow at once
+// (a *shaper.FlowError) and otherwise accepts the job; the shaper's
+// refusals (a turn past the deadline or MaxQueue) then go to the error
+// handler (Do returns them). Each such job holds a goroutine while it
+// waits (WithMaxPending caps them). A permit job keeps the path above: it
+// takes its turn once its worker holds the permit.
 func (q *Queue) Submit(ctx context.Context, job Job) error {
 	_, err := q.enqueue(ctx, job, nil)
 	return err
@@ -241,13 +247,14 @@ func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item,
 		q.nudge()
 		return it, nil
 	}
-	if _, ok := shaper.FlowOf(ctx); ok {
+	if f, ok := shaper.FlowOf(ctx); ok {
 		if t, ok := q.r.(shaper.TurnTaker); ok { // it waits for its flow's turn (await)
-			if err := ctx.Err(); err != nil {
+			if err := cmp.Or(ctx.Err(), f.Validate()); err != nil {
 				q.mu.Unlock()
 				return nil, err
 			}
 			q.awaiting++
+			q.awaits.Add(1)
 			it := &item{job: job, ctx: ctx, result: result}
 			q.mu.Unlock()
 			go q.await(t, it)
@@ -279,6 +286,7 @@ func (q *Queue) enqueue(ctx context.Context, job Job, result chan error) (*item,
 // holding no worker, then queues it for the slot it was granted. Close
 // giving up ends the wait (ErrClosed).
 func (q *Queue) await(t shaper.TurnTaker, it *item) {
+	defer q.awaits.Done()
 	ctx, cancel := context.WithCancelCause(it.ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(q.stop, func() { cancel(ErrClosed) })
@@ -486,6 +494,7 @@ func (q *Queue) Close(ctx context.Context) error {
 	drained := make(chan struct{})
 	go func() {
 		<-q.done
+		q.awaits.Wait() // done with the dispatcher, but for a report
 		q.running.Wait()
 		close(drained)
 	}()
@@ -500,6 +509,7 @@ func (q *Queue) Close(ctx context.Context) error {
 	q.giveUp()             // the dispatcher exits, and running jobs' ctx is cancelled
 	q.mu.Unlock()
 	<-q.done
+	q.awaits.Wait() // their waits end with ErrClosed, reported
 	q.mu.Lock()
 	left := append([]*item(nil), q.pending...)
 	q.mu.Unlock()

@@ -17,17 +17,20 @@ import (
 // on a real 3-master cluster: permits up to the limit, released once,
 // given back by a cancel and a refusal, counted by Status, and waiters
 // served in order, woken by the release notices of the store's
-// subscription.
-func TestInFlightMatchesMemoryStore(t *testing.T) {
+// subscription. And fair turns give the memory store's replies, bit for
+// bit: lua/fair_turn.lua is internal/fair's Turn.
+func TestInFlightAndTurnsMatchMemoryStore(t *testing.T) {
 	t.Parallel()
 	_, node := redisClient(t)
 	cluster := redistest.StartCluster(t).Client(t)
 	for _, client := range []redis.UniversalClient{node, cluster} {
-		storetest.InFlight(t, storetest.Candidate{Name: fmt.Sprintf("%T", client), New: func() shaper.Store {
+		c := storetest.Candidate{Name: fmt.Sprintf("%T", client), New: func() shaper.Store {
 			s := New(client, WithClientClock(), WithTimeout(slowMachine))
 			t.Cleanup(func() { _ = s.Close() })
 			return s
-		}})
+		}}
+		storetest.InFlight(t, c)
+		storetest.FairTurns(t, c)
 	}
 }
 
@@ -65,20 +68,5 @@ func TestInFlightATakeCutShortLeavesNoPermit(t *testing.T) {
 		if held := status.Dimensions[0].InFlight; held != 0 {
 			t.Fatalf("%T: %d permits held after every Acquire returned and every grant was released", client, held)
 		}
-	}
-}
-
-// Fair turns on a node and on a real 3-master cluster give the memory
-// store's replies, bit for bit: lua/fair_turn.lua is internal/fair's Turn.
-func TestFairTurnsMatchMemoryStore(t *testing.T) {
-	t.Parallel()
-	_, node := redisClient(t)
-	cluster := redistest.StartCluster(t).Client(t)
-	for _, client := range []redis.UniversalClient{node, cluster} {
-		storetest.FairTurns(t, storetest.Candidate{Name: fmt.Sprintf("%T", client), New: func() shaper.Store {
-			s := New(client, WithClientClock(), WithTimeout(slowMachine))
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		}})
 	}
 }

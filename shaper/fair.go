@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/fair"
@@ -55,15 +56,18 @@ const (
 
 // DefaultMaxPriorityRun is how many turns in a row higher classes take
 // while a lower class waits, unless WithMaxPriorityRun says otherwise: the
-// lower class then gets the next one, so it keeps at least a tenth of the
-// key's rate.
+// lower classes then get the next one, so they keep at least a tenth of
+// the key's turns between them.
 const DefaultMaxPriorityRun = 9
 
 // WithMaxPriorityRun sets how many turns in a row the flows of higher
 // classes may take while a flow of a lower class waits on the same key
-// (default DefaultMaxPriorityRun); the next turn goes to the lower class,
-// which so keeps at least 1/(n+1) of the key's rate. 0 is strict priority:
-// a lower class waits as long as a higher one has requests waiting.
+// (default DefaultMaxPriorityRun); the next turn goes to the lower-class
+// flow served least recently, so the lower classes keep at least 1/(n+1)
+// of the key's turns between them (of its rate when the costs are equal).
+// 0 is strict priority: a lower class waits as long as a higher one has
+// requests waiting. The shapers sharing a key in a fleet should agree on
+// it: each turn follows the n of the process that asks for it.
 func WithMaxPriorityRun(n int) Option {
 	return func(c *config) {
 		if n < 0 {
@@ -87,7 +91,11 @@ type FlowError struct {
 func (e *FlowError) Error() string {
 	name := e.Flow.Name
 	if len(name) > 64 {
-		name = name[:64] + "..."
+		cut := 64
+		for cut > 0 && !utf8.RuneStart(name[cut]) { // whole characters
+			cut--
+		}
+		name = name[:cut] + "..."
 	}
 	return fmt.Sprintf("throttlekit: flow %q: %s", name, e.Reason)
 }
@@ -110,6 +118,11 @@ func FlowOf(ctx context.Context) (Flow, bool) {
 	f, ok := ctx.Value(flowCtxKey{}).(Flow)
 	return f, ok
 }
+
+// Validate returns a *FlowError if f is out of bounds (see Flow's fields):
+// what Wait, Acquire and AwaitTurn would refuse it with, for a scheduler
+// that takes requests before they wait (the queue's Submit).
+func (f Flow) Validate() error { return f.check() }
 
 // check refuses a flow out of bounds, and sets the default weight.
 func (f *Flow) check() error {
@@ -171,6 +184,7 @@ type fairRoom struct {
 	contended time.Time // when a turn last went to another process's flow
 	seq       uint64    // orders flows first seen here
 	leaving   []fair.Cand
+	local     fair.State    // the turns taken while the store fails
 	kick      chan struct{} // wakes the dispatcher (the room emptied)
 }
 
@@ -178,8 +192,27 @@ type fairRoom struct {
 type flowQueue struct {
 	Flow
 	finish float64 // its finish tag, as the store last said
-	seq    uint64
+	served float64 // its Seq, as the store last said (+Inf: never said)
+	seq    uint64  // first seen here, among the flows of the room
 	q      []*fairWaiter
+	cost   int64         // the requests' costs, summed
+	spans  time.Duration // their spans, summed
+}
+
+// push queues w last.
+func (fq *flowQueue) push(w *fairWaiter) {
+	fq.q = append(fq.q, w)
+	fq.cost += w.cost
+	fq.spans += w.span
+}
+
+// remove takes out the request at i.
+func (fq *flowQueue) remove(i int) *fairWaiter {
+	w := fq.q[i]
+	fq.q = slices.Delete(fq.q, i, i+1)
+	fq.cost -= w.cost
+	fq.spans -= w.span
+	return w
 }
 
 type fairWaiter struct {
@@ -209,6 +242,18 @@ func span(c *contract, cost int64) time.Duration {
 		}
 	}
 	return max(d, time.Millisecond)
+}
+
+// burstSpan is how much of the key's schedule a burst may take at once:
+// the most generous dimension's burst beyond its first unit.
+func burstSpan(c *contract) time.Duration {
+	var d time.Duration
+	for _, dm := range c.dims {
+		if dm.rate.Count > 0 && dm.rate.Burst > 1 {
+			d = max(d, time.Duration(float64(dm.rate.Period)*float64(dm.rate.Burst-1)/float64(dm.rate.Count)))
+		}
+	}
+	return d
 }
 
 // fair is Acquire for a request with a flow: it waits for the flow's turn,
@@ -246,12 +291,12 @@ func (s *Shaper) AwaitTurn(ctx context.Context, key string, cost int64) (Reserva
 	if s == nil {
 		return Reservation{}, errNilShaper
 	}
-	if s.flight != nil {
-		return s.holding(ctx, key, cost, holdTurn)
-	}
 	f, _ := FlowOf(ctx)
 	if err := f.check(); err != nil {
 		return Reservation{}, err
+	}
+	if s.flight != nil {
+		return s.holding(ctx, key, cost, holdTurn)
 	}
 	return s.awaitTurn(ctx, key, cost, f)
 }
@@ -278,21 +323,21 @@ func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) 
 		fr.rooms = map[string]*fairRoom{}
 	}
 	if fr.rooms[key] == nil {
-		fr.rooms[key] = rm
 		if fr.opened++; fr.opened%256 == 0 {
 			fr.sweep(s.cfg.clock.Now())
 		}
+		fr.rooms[key] = rm
 	}
 	start := !rm.running
 	rm.running = true
 	fq := rm.flows[f.Name]
 	if fq == nil {
 		rm.seq++
-		fq = &flowQueue{Flow: f, finish: math.Inf(-1), seq: rm.seq}
+		fq = &flowQueue{Flow: f, finish: math.Inf(-1), served: math.Inf(1), seq: rm.seq}
 		rm.flows[f.Name] = fq
 	}
 	fq.Weight, fq.Priority = f.Weight, f.Priority // the latest request's say
-	fq.q = append(fq.q, w)
+	fq.push(w)
 	rm.waiting++
 	fr.mu.Unlock()
 	if start {
@@ -306,7 +351,7 @@ func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) 
 	fr.mu.Lock()
 	w.gone = true
 	if i := slices.Index(fq.q, w); i >= 0 { // still queued: leave
-		fq.q = slices.Delete(fq.q, i, i+1)
+		fq.remove(i)
 		rm.waiting--
 		rm.forgetIfEmpty(fq)
 		if rm.waiting == 0 {
@@ -327,16 +372,21 @@ func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) 
 	return Reservation{}, ctx.Err()
 }
 
-// first returns the first request of rm's best flow, as candidates orders
-// them (rm has a request waiting). The caller holds fairRooms.mu.
-func (rm *fairRoom) first() *fairWaiter {
-	var best *flowQueue
+// order returns rm's flows in the order the store takes them (as far as
+// this process knows their tags): higher priority, then the least start
+// tag, then the least recently served. The caller holds fairRooms.mu.
+func (rm *fairRoom) order() []*flowQueue {
+	all := make([]*flowQueue, 0, len(rm.flows))
 	for _, fq := range rm.flows {
-		if best == nil || fq.Priority > best.Priority || fq.Priority == best.Priority && max(rm.v, fq.finish) < max(rm.v, best.finish) {
-			best = fq
-		}
+		all = append(all, fq)
 	}
-	return best.q[0]
+	slices.SortFunc(all, func(a, b *flowQueue) int {
+		if a.Priority != b.Priority {
+			return cmp.Compare(b.Priority, a.Priority)
+		}
+		return cmp.Or(cmp.Compare(max(rm.v, a.finish), max(rm.v, b.finish)), cmp.Compare(a.served, b.served), cmp.Compare(a.seq, b.seq))
+	})
+	return all
 }
 
 // forgetIfEmpty drops fq once it has no request waiting: the store is told
@@ -356,11 +406,15 @@ func (rm *fairRoom) forgetIfEmpty(fq *flowQueue) {
 // fairRooms.mu.
 func (s *Shaper) refuseAtOnce(ctx context.Context, c *contract, rm *fairRoom, key string, f Flow, w *fairWaiter) error {
 	now := s.cfg.clock.Now()
-	// Behind a slot held or a request waiting, its own slot follows theirs
-	// (with nothing ahead, the schedule alone says: the reservation does).
+	// Behind a slot held ahead (the schedule is busy), the requests that go
+	// first take the slots after it, then this one. With none held, they
+	// take the slots from now on, the burst's at once: a lower bound, so
+	// that nothing the reservation would grant is refused here.
 	wait := rm.ahead(f)
-	if lead := rm.lead.Sub(now); lead > 0 || wait > 0 {
-		wait += max(lead, 0) + w.span
+	if lead := rm.lead.Sub(now); lead > 0 {
+		wait += lead + w.span
+	} else {
+		wait = max(wait-burstSpan(c), 0)
 	}
 	if dl, ok := ctx.Deadline(); ok && wait > dl.Sub(now) {
 		return &DeadlineError{Key: key, Delay: wait, Deadline: dl}
@@ -379,10 +433,7 @@ func (rm *fairRoom) ahead(f Flow) time.Duration {
 	tag := func(fq *flowQueue) float64 { return max(rm.v, fq.finish) }
 	mine := rm.v
 	if fq := rm.flows[f.Name]; fq != nil {
-		mine = tag(fq)
-		for _, w := range fq.q {
-			mine += float64(w.cost) / f.Weight
-		}
+		mine = tag(fq) + float64(fq.cost)/f.Weight
 	}
 	var d time.Duration
 	for name, fq := range rm.flows {
@@ -390,9 +441,7 @@ func (rm *fairRoom) ahead(f Flow) time.Duration {
 		case fq.Priority < f.Priority:
 			continue
 		case fq.Priority > f.Priority || name == f.Name:
-			for _, w := range fq.q {
-				d += w.span
-			}
+			d += fq.spans
 			continue
 		}
 		t := tag(fq)
@@ -408,25 +457,26 @@ func (rm *fairRoom) ahead(f Flow) time.Duration {
 }
 
 // candidates returns the flows rm puts forward for the next turn, and the
-// flows that left since the last call: the first flow of each class, then
-// the next ones in order, at most maxCands. The caller holds
+// flows that left since the last call: the first flow of each class, the
+// flow served least recently (the one the rule against starvation would
+// pick), then the next ones in order, at most maxCands. The caller holds
 // fairRooms.mu.
 func (rm *fairRoom) candidates() ([]fair.Cand, []*flowQueue) {
-	all := make([]*flowQueue, 0, len(rm.flows))
-	for _, fq := range rm.flows {
-		all = append(all, fq)
-	}
-	slices.SortFunc(all, func(a, b *flowQueue) int {
-		if a.Priority != b.Priority {
-			return cmp.Compare(b.Priority, a.Priority)
-		}
-		return cmp.Or(cmp.Compare(max(rm.v, a.finish), max(rm.v, b.finish)), cmp.Compare(a.seq, b.seq))
-	})
+	all := rm.order()
 	picked := make([]*flowQueue, 0, min(len(all), maxCands))
-	for i, fq := range all { // the first of each class
-		if (i == 0 || all[i-1].Priority != fq.Priority) && len(picked) < maxCands {
-			picked = append(picked, fq)
+	var oldest *flowQueue
+	for i, fq := range all {
+		if i == 0 || all[i-1].Priority != fq.Priority { // the first of each class
+			if len(picked) < maxCands-1 {
+				picked = append(picked, fq)
+			}
 		}
+		if oldest == nil || fq.served < oldest.served {
+			oldest = fq
+		}
+	}
+	if !slices.Contains(picked, oldest) {
+		picked = append(picked, oldest)
 	}
 	for _, fq := range all {
 		if len(picked) >= maxCands {
@@ -440,7 +490,11 @@ func (rm *fairRoom) candidates() ([]fair.Cand, []*flowQueue) {
 	for _, fq := range picked {
 		cands = append(cands, fair.Cand{Name: fq.Name, Weight: fq.Weight, Priority: int(fq.Priority), Cost: float64(fq.q[0].cost), Last: len(fq.q) == 1})
 	}
-	cands = append(cands, rm.leaving...)
+	for _, c := range rm.leaving {
+		if rm.flows[c.Name] == nil { // not back since it left
+			cands = append(cands, c)
+		}
+	}
 	rm.leaving = rm.leaving[:0]
 	return cands, picked
 }
@@ -453,20 +507,23 @@ func (s *Shaper) dispatch(rm *fairRoom) {
 	for {
 		fr.mu.Lock()
 		now := s.cfg.clock.Now()
+		if rm.waiting == 0 && len(rm.leaving) > 0 { // tell the store before the room may close
+			leaving := rm.leaving
+			rm.leaving = nil
+			fr.mu.Unlock()
+			_, _ = s.store.Turn(ctx, t, fair.Params{Now: algorithms.Millis(now)}, leaving)
+			continue
+		}
 		if rm.waiting == 0 {
 			rm.running = false
 			if !rm.lead.After(now) && fr.rooms[rm.key] == rm { // nothing held ahead: forget the room
 				delete(fr.rooms, rm.key)
 			}
-			leaving := rm.leaving
-			rm.leaving = nil
 			fr.mu.Unlock()
-			if len(leaving) > 0 {
-				_, _ = s.store.Turn(ctx, t, fair.Params{Now: algorithms.Millis(now)}, leaving)
-			}
 			return
 		}
-		span := rm.first().span
+		all := rm.order()
+		span := all[0].q[0].span
 		// Another process's flow had the turn lately: ask a slot ahead,
 		// so that a turn passing between processes loses no slot.
 		ahead := time.Duration(0)
@@ -479,38 +536,44 @@ func (s *Shaper) dispatch(rm *fairRoom) {
 			continue
 		}
 		cands, picked := rm.candidates()
-		ttl := max(8*span, 4*span+2*ahead, 200*time.Millisecond)
+		// The flows count as waiting in the store until this process asks
+		// again: after its slot ahead, or half a slot when refused.
+		ttl := max(8*span, rm.lead.Sub(now)+4*span, 200*time.Millisecond)
 		fr.mu.Unlock()
 
 		p := fair.Params{Now: algorithms.Millis(now), TTL: algorithms.DurationMillis(ttl), MaxRun: s.maxRun()}
 		st := startStore(ctx)
 		reply, err := s.store.Turn(ctx, t, p, cands)
 		st.done("turn", err)
-		if err != nil { // the store is down: this process's order alone; the reservation meets the failure policy
-			reply = fair.Reply{Granted: 0, V: rm.v, Finish: make([]float64, len(cands))}
-			for i := range cands {
-				if i < len(picked) {
-					reply.Finish[i] = picked[i].finish
-				}
-			}
-		}
 
 		fr.mu.Lock()
+		if err != nil {
+			// The store failed (down, or its data unusable): this
+			// process's flows take turns among themselves, on the room's
+			// own state, and the reservation meets the failure policy.
+			// The flows that left are told once the store answers again.
+			reply = rm.local.Turn(p, cands)
+			rm.leaving = append(rm.leaving, cands[len(picked):]...)
+		}
 		if reply.Granted < 0 {
 			rm.contended = now
 		}
 		rm.v = reply.V
 		for i, fq := range picked {
-			fq.finish = reply.Finish[i]
+			fq.finish, fq.served = reply.Finish[i], reply.Seq[i]
 		}
 		var w *fairWaiter
 		if reply.Granted >= 0 && reply.Granted < len(picked) {
 			fq := picked[reply.Granted]
 			if len(fq.q) > 0 {
-				w, fq.q = fq.q[0], fq.q[1:]
+				w = fq.remove(0)
 				rm.waiting--
-				if len(fq.q) == 0 {
-					delete(rm.flows, fq.Name) // it said Last: the store knows it left
+				switch {
+				case len(fq.q) > 0:
+				case cands[reply.Granted].Last: // the store knows it stopped waiting
+					delete(rm.flows, fq.Name)
+				default: // its other requests left meanwhile: tell the store
+					rm.forgetIfEmpty(fq)
 				}
 			}
 		}
@@ -527,12 +590,12 @@ func (s *Shaper) dispatch(rm *fairRoom) {
 		gone := w.gone
 		if !gone {
 			w.out <- fairResult{r: r, err: err}
-		}
-		if err == nil {
-			rm.lead = r.Time()
+			if err == nil {
+				rm.lead = r.Time()
+			}
 		}
 		fr.mu.Unlock()
-		if gone && err == nil {
+		if gone && err == nil { // it left as its turn came: the slot goes back
 			_ = r.Cancel(context.WithoutCancel(w.ctx))
 		}
 	}

@@ -314,6 +314,19 @@ func TestFairRefusesABadFlow(t *testing.T) {
 	if err != nil || st.Remaining != 1 {
 		t.Fatalf("after refusals: %+v, %v: want nothing taken", st, err)
 	}
+	// On a shaper with permits too, whether one is free or not: no permit
+	// is taken, and nothing reaches the store.
+	fs := newFlightShaper(t, Dimension{Name: "open", InFlight: 1}, Dimension{Name: "rate", Rate: PerSecond(10)})
+	bad := WithFlow(bg, Flow{Weight: math.NaN()})
+	if _, err := fs.AwaitTurn(bad, "k", 1); !errors.Is(err, ErrInvalidFlow) {
+		t.Fatalf("AwaitTurn with a permit free, a bad flow: %v", err)
+	}
+	if _, err := fs.Acquire(bad, "k", 1); !errors.Is(err, ErrInvalidFlow) {
+		t.Fatalf("Acquire with a permit free, a bad flow: %v", err)
+	}
+	if held, _ := inFlight(t, fs, "k"); held != 0 {
+		t.Fatalf("%d permits held after bad flows", held)
+	}
 	if _, err := New(memstore.New(memstore.WithSweepInterval(0)), PerSecond(1), WithMaxPriorityRun(-1)); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("WithMaxPriorityRun(-1): %v", err)
 	}
@@ -448,6 +461,38 @@ func TestFairALateFlowIsNotQueuedBehindATrickle(t *testing.T) {
 			t.Fatalf("B waited %v behind A's requests, more than two slots (100 ms)", w)
 		}
 		cancel()
+		wg.Wait()
+	})
+}
+
+// The sweep of idle rooms (every 256th room opened) never takes the room
+// it is opening: a second request of the key joins the first's room and
+// waits behind its slot, rather than opening a room of its own whose
+// dispatcher would reserve at once (two slots ahead instead of one).
+func TestFairTheSweepKeepsTheRoomItOpens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFairShaper(t)
+		if _, err := s.Reserve(bg, "k", 1); err != nil { // the key is busy: the first turn waits
+			t.Fatal(err)
+		}
+		s.fairRooms.mu.Lock()
+		s.fairRooms.opened = 255 // the next room opened sweeps
+		s.fairRooms.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, f := range []string{"A", "B"} {
+			wg.Go(func() { _ = s.Wait(WithFlow(bg, Flow{Name: f}), "k", 1) })
+			synctest.Wait()
+		}
+		s.fairRooms.mu.Lock()
+		rm := s.fairRooms.rooms["k"]
+		waiting := -1
+		if rm != nil {
+			waiting = rm.waiting
+		}
+		s.fairRooms.mu.Unlock()
+		if waiting != 1 {
+			t.Fatalf("the key's room holds %d waiting, want B behind A's slot", waiting)
+		}
 		wg.Wait()
 	})
 }

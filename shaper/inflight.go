@@ -35,7 +35,8 @@ const DefaultMaxWaiting = 1024
 const recheck = time.Second
 
 // flight is a shaper's in-flight dimension: its permits, and per key the
-// requests of this process waiting for one, in arrival order.
+// requests of this process waiting for one, in arrival order (by flow
+// turns for requests that carry flows).
 type flight struct {
 	dim        store.Dim // what the store reads: Name, Base, Prefix
 	key        func(string) string
@@ -213,6 +214,13 @@ func (f *flight) join(s *Shaper, p *store.Permit, fl Flow) (*room, *waiter) {
 	if len(rm.waiters) < f.maxWaiting {
 		tag := max(rm.v, rm.finish[fl.Name])
 		rm.finish[fl.Name] = tag + 1/fl.Weight
+		if len(rm.finish) > 2*len(rm.waiters)+16 { // forget the flows V has passed: they start at V
+			for name, f := range rm.finish {
+				if f <= rm.v {
+					delete(rm.finish, name)
+				}
+			}
+		}
 		w = &waiter{turn: make(chan struct{}), tag: tag, flow: fl.Name}
 		// After the head, and after every waiter whose tag is not above
 		// its own: a flow's requests keep their order.
@@ -355,6 +363,11 @@ func (s *Shaper) holding(ctx context.Context, key string, cost int64, mode int) 
 	if err := s.validate(ctx, c, key, cost); err != nil {
 		return Reservation{}, err
 	}
+	if f, ok := FlowOf(ctx); ok && mode != holdReserve { // a bad flow takes no permit
+		if err := f.check(); err != nil {
+			return Reservation{}, err
+		}
+	}
 	h, err := s.take(ctx, key, mode != holdReserve)
 	if err != nil {
 		return Reservation{}, err
@@ -366,8 +379,8 @@ func (s *Shaper) holding(ctx context.Context, key string, cost int64, mode int) 
 	case mode == holdAcquire:
 		r, err = s.acquire(ctx, key, cost, taken)
 	case mode == holdTurn:
-		f, _ := FlowOf(ctx) // checked by take
-		_ = f.check()
+		f, _ := FlowOf(ctx)
+		_ = f.check() // AwaitTurn refused it if bad: this sets the default weight
 		r, err = s.awaitTurn(ctx, key, cost, f)
 	default:
 		r, err = s.reserve(ctx, key, cost, noLimit, false)

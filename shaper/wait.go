@@ -42,7 +42,8 @@ const (
 // (Delay 0), which can be settled too.
 //
 // With an in-flight dimension it first waits for a permit of key, in
-// arrival order among the requests of this process, woken when one is
+// arrival order among the requests of this process (by their flows' turns
+// when their ctx carry flows: WithFlow), woken when one is
 // released anywhere in the fleet; it holds no slot of the other
 // dimensions while it waits, and takes its slot once it has a permit. The
 // wait ends with ctx, or at once with a *QueueFullError (InFlight set) when

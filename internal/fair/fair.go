@@ -65,9 +65,11 @@ type Reply struct {
 	Granted int     // the index of the candidate granted the turn; -1: none
 	Start   float64 // the granted turn's start tag
 	V       float64 // V after the call
-	// Finish holds, per candidate, its finish tag after the call: a
-	// process orders its own flows by max(V, Finish).
+	// Finish and Seq hold, per candidate, its finish tag and its Seq after
+	// the call (0 for a flow the key does not remember): a process orders
+	// its own flows as the key does, by max(V, Finish) and then Seq.
 	Finish []float64
+	Seq    []float64
 }
 
 // start is f's start tag under s.
@@ -129,9 +131,10 @@ func (s *State) Turn(p Params, cands []Cand) Reply {
 	}
 	reply.V = s.V
 	reply.Finish = make([]float64, len(cands))
+	reply.Seq = make([]float64, len(cands))
 	for i, c := range cands {
 		if f := s.Flows[c.Name]; f != nil {
-			reply.Finish[i] = f.Finish
+			reply.Finish[i], reply.Seq[i] = f.Finish, f.Seq
 		}
 	}
 	if reply.Granted >= 0 {

@@ -510,7 +510,7 @@ func TurnArgs(now string, p fair.Params, cands []fair.Cand) []any {
 // ParseTurn reads FairTurn's reply for n candidates, checking every element.
 func ParseTurn(v any, n int) (fair.Reply, error) {
 	vs, ok := v.([]any)
-	if !ok || len(vs) != 3+n {
+	if !ok || len(vs) != 3+2*n {
 		return fair.Reply{}, fmt.Errorf("throttlekit: unexpected fair_turn reply %v", v)
 	}
 	nums := make([]float64, len(vs))
@@ -529,5 +529,5 @@ func ParseTurn(v any, n int) (fair.Reply, error) {
 	if g != math.Trunc(g) || g < -1 || g >= float64(n) {
 		return fair.Reply{}, fmt.Errorf("throttlekit: fair_turn reply grants candidate %v of %d", g, n)
 	}
-	return fair.Reply{Granted: int(g), Start: nums[1], V: nums[2], Finish: nums[3:]}, nil
+	return fair.Reply{Granted: int(g), Start: nums[1], V: nums[2], Finish: nums[3 : 3+n], Seq: nums[3+n:]}, nil
 }

@@ -58,7 +58,7 @@ func FairTurns(t *testing.T, c Candidate) {
 			if err != nil {
 				line += ErrText(err)
 			} else {
-				line += fmt.Sprintf("granted %d start %v V %v finish %v", reply.Granted, reply.Start, reply.V, reply.Finish)
+				line += fmt.Sprintf("granted %d start %v V %v finish %v seq %v", reply.Granted, reply.Start, reply.V, reply.Finish, reply.Seq)
 			}
 			out = append(out, line)
 		}
