@@ -1,8 +1,9 @@
 -- fair_turn: internal/fair's State.Turn on one key, operation for operation
 -- (the Go is the reference; see its comments). The key is a hash: 'v' (V),
--- 'n' (the counter), 'r' (the run over a lower class), and per flow 'f' .. name = "finish until priority seq". It
--- lives while a flow waits on it (until its TTL), and is deleted once none
--- does.
+-- 'n' (the counter), 'r' (the run over a lower class), and per flow
+-- 'f' .. name = "finish until priority seq". A call that finds nobody
+-- waiting starts the key over; a call after which nobody waits deletes it,
+-- and it expires 10 s after its last flow's TTL otherwise.
 -- KEYS[1]: the key. ARGV[1]: now in ms ('' for TIME); ARGV[2]: the TTL ms;
 --   ARGV[3]: MaxRun; then per candidate 5 values:
 --   name, weight, priority, cost, and 'w' (waiting), 'l' (last) or 'x'
@@ -40,6 +41,16 @@ for i = 1, #raw, 2 do
   end
 end
 local dropped = {}
+local fresh = true -- nobody waits: the key starts over, as if it had expired
+for _, f in pairs(flows) do
+  if f.untl >= now then
+    fresh = false
+    break
+  end
+end
+if fresh then
+  V, N, Run, flows = 0, 0, 0, {}
+end
 local function start(f) if V > f.finish then return V end return f.finish end
 local function before(a, b)
   if a.prio ~= b.prio then return a.prio > b.prio end
@@ -144,7 +155,9 @@ if not active then
   redis.call('DEL', key)
   return reply
 end
-if #dropped > 0 then
+if fresh then
+  redis.call('DEL', key)
+elseif #dropped > 0 then
   local args = {}
   for i = 1, #dropped do args[i] = 'f' .. dropped[i] end
   redis.call('HDEL', key, unpack(args))
@@ -155,7 +168,7 @@ for name, f in pairs(flows) do
   set[#set + 1] = fmt(f.finish) .. ' ' .. fmt(f.untl) .. ' ' .. fmt(f.prio) .. ' ' .. fmt(f.seq)
 end
 redis.call('HSET', key, unpack(set))
-life = math.ceil(life)
-if life < 1 then life = 1 end
-redis.call('PEXPIRE', key, life)
+-- Expired or not once nobody waits, the key starts over (fresh): it is
+-- kept a while longer, so that a late call finds what a call on time would.
+redis.call('PEXPIRE', key, math.ceil(life) + 10000)
 return reply

@@ -93,8 +93,10 @@ func (s *State) before(a, b *Flow) bool {
 // The caller checked the candidates: distinct names, weights > 0, costs
 // >= 0.
 func (s *State) Turn(p Params, cands []Cand) Reply {
-	if s.Flows == nil {
-		s.Flows = map[string]*Flow{}
+	if s.Flows == nil || !s.Active(p.Now) {
+		// Nobody waits: the key starts over (its store may have let it
+		// expire already), every flow at V = 0.
+		*s = State{Flows: map[string]*Flow{}}
 	}
 	// Forget the flows that stopped waiting and whose tags V has passed:
 	// they would start at V anyway.

@@ -57,7 +57,7 @@ func TestALateFlowStartsAtV(t *testing.T) {
 	s := &State{}
 	p := Params{Now: 1, TTL: 10}
 	backlogged(s, p, []Cand{{Name: "a", Weight: 1}}, 1000, func(int) float64 { return 1 })
-	p.Now = 2000
+	p.Now = 1005 // a still waits (its TTL runs to 1009)
 	order := ""
 	for range 6 {
 		r := s.Turn(p, []Cand{{Name: "a", Weight: 1, Cost: 1}, {Name: "b", Weight: 1, Cost: 1}})
@@ -218,4 +218,20 @@ func FuzzTurn(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Once nobody waits, the key starts over: the next flow starts at V = 0,
+// whatever was served before (a store may have let the key expire).
+func TestTheKeyStartsOverOnceNobodyWaits(t *testing.T) {
+	s := &State{}
+	p := Params{Now: 1, TTL: 10}
+	backlogged(s, p, []Cand{{Name: "a", Weight: 1}}, 50, func(int) float64 { return 1 })
+	if s.V == 0 {
+		t.Fatal("V did not move")
+	}
+	p.Now = 100 // a's TTL has passed
+	r := s.Turn(p, []Cand{{Name: "b", Weight: 1, Cost: 1}})
+	if r.Granted != 0 || r.Start != 0 || s.V != 0 || len(s.Flows) != 1 {
+		t.Fatalf("after everyone stopped waiting: %+v, state %+v", r, s)
+	}
 }
