@@ -135,7 +135,7 @@ func TestTurnsAcrossProcesses(t *testing.T) {
 }
 
 // FuzzTurn drives a State with random calls and checks, at every call,
-// what Turn promises: V never decreases; the turn goes only to a waiting
+// what Turn promises: V never decreases while a flow waits; the turn goes only to a waiting
 // candidate, and to the best waiting flow by priority and start tag (or,
 // under the rule against starvation, the best of a lower class); its finish
 // is its start plus cost/weight; the reply's tags are the state's.
@@ -158,11 +158,15 @@ func FuzzTurn(f *testing.F) {
 				}
 				cands = append(cands, Cand{Name: n, Weight: []float64{1, 2, 0.5, 3}[(int(y)+i)%4], Priority: int(op>>(2+i)&1) - int(y>>i&1), Cost: float64(1 + (int(op)+i)%3), Last: y>>(4+i)&1 == 1 && i%2 == 0, Leave: op>>(4+i)&3 == 3})
 			}
-			v0 := s.V
-			// What the state says before the call, for the check.
+			// What the state says before the call, for the check: nothing
+			// when nobody waits (the key starts over).
+			v0 := 0.0
 			before := map[string]Flow{}
-			for n, fl := range s.Flows {
-				before[n] = *fl
+			if s.Active(now) {
+				v0 = s.V
+				for n, fl := range s.Flows {
+					before[n] = *fl
+				}
 			}
 			r := s.Turn(p, cands)
 			if s.V < v0 {
