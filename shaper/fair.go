@@ -328,8 +328,23 @@ func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) 
 		}
 		fr.rooms[key] = rm
 	}
+	if now := s.cfg.clock.Now(); !rm.running && rm.waiting == 0 && len(rm.leaving) == 0 && !rm.lead.After(now) {
+		rm.running = true // nobody waits and no slot is held ahead: the request serves itself
+		fr.mu.Unlock()
+		return s.turnAlone(ctx, rm, f, w, now)
+	}
 	start := !rm.running
 	rm.running = true
+	fq := rm.join(f, w)
+	fr.mu.Unlock()
+	if start {
+		go s.dispatch(rm)
+	}
+	return s.waitTurn(ctx, rm, fq, w)
+}
+
+// join queues w, of flow f, in rm. The caller holds fairRooms.mu.
+func (rm *fairRoom) join(f Flow, w *fairWaiter) *flowQueue {
 	fq := rm.flows[f.Name]
 	if fq == nil {
 		rm.seq++
@@ -339,10 +354,49 @@ func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) 
 	fq.Weight, fq.Priority = f.Weight, f.Priority // the latest request's say
 	fq.push(w)
 	rm.waiting++
-	fr.mu.Unlock()
-	if start {
+	return fq
+}
+
+// turnAlone serves w, of flow f, alone in rm with no slot held ahead,
+// without a dispatcher (rm.running is set for it): it asks for its own
+// turn and reserves its slot, and hands rm to a dispatcher if requests
+// arrived meanwhile. If another process's flow has the turn, it waits in
+// rm as any request does.
+func (s *Shaper) turnAlone(ctx context.Context, rm *fairRoom, f Flow, w *fairWaiter, now time.Time) (Reservation, error) {
+	fr := &s.fairRooms
+	t := &store.Turns{Base: s.cfg.prefix, Key: rm.key, Slot: s.slotOf(rm.key)}
+	cands := []fair.Cand{{Name: f.Name, Weight: f.Weight, Priority: int(f.Priority), Cost: float64(w.cost), Last: true}}
+	reply := s.ask(rm, t, cands, 1, now, max(8*w.span, 200*time.Millisecond)) // returns holding fr.mu
+	if reply.Granted != 0 {
+		fq := rm.join(f, w)
+		fq.finish, fq.served = reply.Finish[0], reply.Seq[0]
+		fr.mu.Unlock()
 		go s.dispatch(rm)
+		return s.waitTurn(ctx, rm, fq, w)
 	}
+	fr.mu.Unlock()
+	r, err := s.turnSlot(rm.key, w)
+	fr.mu.Lock()
+	if err == nil {
+		rm.lead = r.Time()
+	}
+	if rm.waiting > 0 || len(rm.leaving) > 0 { // they came while it was served
+		fr.mu.Unlock()
+		go s.dispatch(rm)
+		return r, err
+	}
+	rm.running = false
+	if !rm.lead.After(s.cfg.clock.Now()) && fr.rooms[rm.key] == rm {
+		delete(fr.rooms, rm.key)
+	}
+	fr.mu.Unlock()
+	return r, err
+}
+
+// waitTurn waits for the reservation rm's dispatcher grants w, of fq; if
+// ctx ends first, w leaves (a slot granted as it left is given back).
+func (s *Shaper) waitTurn(ctx context.Context, rm *fairRoom, fq *flowQueue, w *fairWaiter) (Reservation, error) {
+	fr := &s.fairRooms
 	select {
 	case res := <-w.out:
 		return res.r, res.err
@@ -541,24 +595,7 @@ func (s *Shaper) dispatch(rm *fairRoom) {
 		ttl := max(8*span, rm.lead.Sub(now)+4*span, 200*time.Millisecond)
 		fr.mu.Unlock()
 
-		p := fair.Params{Now: algorithms.Millis(now), TTL: algorithms.DurationMillis(ttl), MaxRun: s.maxRun()}
-		st := startStore(ctx)
-		reply, err := s.store.Turn(ctx, t, p, cands)
-		st.done("turn", err)
-
-		fr.mu.Lock()
-		if err != nil {
-			// The store failed (down, or its data unusable): this
-			// process's flows take turns among themselves, on the room's
-			// own state, and the reservation meets the failure policy.
-			// The flows that left are told once the store answers again.
-			reply = rm.local.Turn(p, cands)
-			rm.leaving = append(rm.leaving, cands[len(picked):]...)
-		}
-		if reply.Granted < 0 {
-			rm.contended = now
-		}
-		rm.v = reply.V
+		reply := s.ask(rm, t, cands, len(picked), now, ttl) // returns holding fr.mu
 		for i, fq := range picked {
 			fq.finish, fq.served = reply.Finish[i], reply.Seq[i]
 		}
@@ -599,6 +636,31 @@ func (s *Shaper) dispatch(rm *fairRoom) {
 			_ = r.Cancel(context.WithoutCancel(w.ctx))
 		}
 	}
+}
+
+// ask asks the store for the next turn among cands (n flows waiting, then
+// the ones leaving) at now, the waiting ones counting as such for ttl,
+// and records V and contention in rm. While the store fails (down, or its
+// data unusable), this process's flows take turns among themselves on the
+// room's own state, and the reservation meets the failure policy; the
+// flows that left are told once the store answers again. It returns
+// holding fairRooms.mu.
+func (s *Shaper) ask(rm *fairRoom, t *store.Turns, cands []fair.Cand, n int, now time.Time, ttl time.Duration) fair.Reply {
+	ctx := context.Background()
+	p := fair.Params{Now: algorithms.Millis(now), TTL: algorithms.DurationMillis(ttl), MaxRun: s.maxRun()}
+	st := startStore(ctx)
+	reply, err := s.store.Turn(ctx, t, p, cands)
+	st.done("turn", err)
+	s.fairRooms.mu.Lock()
+	if err != nil {
+		reply = rm.local.Turn(p, cands)
+		rm.leaving = append(rm.leaving, cands[n:]...)
+	}
+	if reply.Granted < 0 {
+		rm.contended = now
+	}
+	rm.v = reply.V
+	return reply
 }
 
 // turnSlot reserves the slot of w, whose flow has the turn: with the leaky
