@@ -13,7 +13,8 @@ import (
 // fair measures what a fair Wait (a flow in its ctx) costs beside a plain
 // Wait, in memory and on Redis, at a rate no call reaches (open): the
 // figures are the turn's own cost (the key's room, its dispatcher
-// goroutine, the handoff, and on Redis the turn's script call), not a wait.
+// goroutine when requests queue, and on Redis the turn's script call), not
+// a wait.
 // Four flows take turns; 1,000 keys spread the requests, one hot key
 // sends them all through one dispatcher.
 func (r *report) fair(t *testing.T) {
@@ -32,7 +33,7 @@ func (r *report) fair(t *testing.T) {
 			{"fair Wait", func(i int) error { return s.Wait(flows[i%len(flows)], key(i), 1) }},
 		}
 	}
-	r.printf("## Fair turns\n\nA `Wait` whose ctx carries a flow (docs/FAIRNESS.md) beside a plain `Wait`, at a rate no call reaches, so that what is measured is the turn itself: the key's waiting room, its dispatcher goroutine and the handoff, and on Redis the turn's script call before the reservation. Four flows of weights 1 to 4; %d keys, or one hot key through which every request passes one dispatcher. Medians of %d runs of %v each.\n\n", keys, r.sc.runs, r.sc.redisFor)
+	r.printf("## Fair turns\n\nA `Wait` whose ctx carries a flow (docs/FAIRNESS.md) beside a plain `Wait`, at a rate no call reaches, so that what is measured is the turn itself: the key's waiting room (a request alone on its key takes its own turn; concurrent ones are handed their slots by the key's dispatcher goroutine), and on Redis the turn's script call before the reservation. Four flows of weights 1 to 4; %d keys, or one hot key through which every request passes one dispatcher. Medians of %d runs of %v each.\n\n", keys, r.sc.runs, r.sc.redisFor)
 	r.printf("In memory:\n\n| goroutines | keys | plain Wait req/s | fair Wait req/s | ratio | plain p50 | fair p50 | plain p99 | fair p99 |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	mem := memShaper(t)
 	for _, g := range []int{1, 64} {
