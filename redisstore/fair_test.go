@@ -140,31 +140,32 @@ func TestFairRequestsUnderTheFailurePolicies(t *testing.T) {
 	// FailLocal (its memory store takes the turns): A's backlog of 10,
 	// then B's 5: B's go one in two. (FailOpen paces nothing: every
 	// request leaves at once, its turn included.)
-	for name, s := range map[string]*shaper.Shaper{"FailLocal": local} {
-		var mu sync.Mutex
-		var order []string
-		var wg sync.WaitGroup
-		for _, f := range []string{"A", "B"} {
-			n := map[string]int{"A": 10, "B": 5}[f]
-			ctx := shaper.WithFlow(bg, shaper.Flow{Name: f})
-			for range n {
-				wg.Go(func() {
-					if err := s.Wait(ctx, "k2", 1); err != nil {
-						t.Errorf("%s, %s: %v", name, f, err)
-						return
-					}
-					mu.Lock()
-					order = append(order, f)
-					mu.Unlock()
-				})
-			}
-			time.Sleep(100 * time.Millisecond) // A's requests wait before B's arrive
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	first := make(chan struct{}) // A's first departure: the other 9 wait 450 ms more
+	var once sync.Once
+	for _, f := range []string{"A", "B"} {
+		n := map[string]int{"A": 10, "B": 5}[f]
+		ctx := shaper.WithFlow(bg, shaper.Flow{Name: f})
+		for range n {
+			wg.Go(func() {
+				if err := local.Wait(ctx, "k2", 1); err != nil {
+					t.Errorf("FailLocal, %s: %v", f, err)
+					return
+				}
+				mu.Lock()
+				order = append(order, f)
+				mu.Unlock()
+				once.Do(func() { close(first) })
+			})
 		}
-		wg.Wait()
-		got := strings.Join(order, "")
-		t.Logf("%s departures: %s", name, got)
-		if i := strings.IndexByte(got, 'B'); i < 0 || i > 4 || !strings.Contains(got, "BABABAB") {
-			t.Fatalf("%s departures %s: B's requests do not take turns with A's", name, got)
-		}
+		<-first // B's requests arrive while A's wait
+	}
+	wg.Wait()
+	got := strings.Join(order, "")
+	t.Logf("FailLocal departures: %s", got)
+	if i := strings.IndexByte(got, 'B'); i < 0 || i > 4 || !strings.Contains(got, "BABABAB") {
+		t.Fatalf("FailLocal departures %s: B's requests do not take turns with A's", got)
 	}
 }

@@ -510,13 +510,13 @@ func (rm *fairRoom) ahead(f Flow) time.Duration {
 	return d
 }
 
-// candidates returns the flows rm puts forward for the next turn, and the
+// candidates returns the flows rm puts forward for the next turn (of all,
+// rm's flows in order), and the
 // flows that left since the last call: the first flow of each class, the
 // flow served least recently (the one the rule against starvation would
 // pick), then the next ones in order, at most maxCands. The caller holds
 // fairRooms.mu.
-func (rm *fairRoom) candidates() ([]fair.Cand, []*flowQueue) {
-	all := rm.order()
+func (rm *fairRoom) candidates(all []*flowQueue) ([]fair.Cand, []*flowQueue) {
 	picked := make([]*flowQueue, 0, min(len(all), maxCands))
 	var oldest *flowQueue
 	for i, fq := range all {
@@ -589,7 +589,7 @@ func (s *Shaper) dispatch(rm *fairRoom) {
 			s.pauseDispatch(rm, wake)
 			continue
 		}
-		cands, picked := rm.candidates()
+		cands, picked := rm.candidates(all)
 		// The flows count as waiting in the store until this process asks
 		// again: after its slot ahead, or half a slot when refused.
 		ttl := max(8*span, rm.lead.Sub(now)+4*span, 200*time.Millisecond)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"math"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -93,9 +92,6 @@ const schedLag = 20 * time.Millisecond
 // a slot ahead while another process's flow has turns), so 90 % leaves
 // room for a slow Redis call on a loaded host, no more.
 func TestFleetSharesAcrossProcesses(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server is not on PATH")
-	}
 	c := config{procs: 2, rate: 50, workers: 4, duration: 6 * time.Second, redis: redistest.Start(t).Addr()}
 	var out bytes.Buffer
 	res, err := fleet(&out, c)
