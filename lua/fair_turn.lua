@@ -41,13 +41,13 @@ for i = 1, #raw, 2 do
   end
 end
 local dropped = {}
-local fresh = true -- nobody waits: the key starts over, as if it had expired
-for _, f in pairs(flows) do
-  if f.untl >= now then
-    fresh = false
-    break
+local function anyone_waits() -- fair.State.Active
+  for _, f in pairs(flows) do
+    if f.untl >= now then return true end
   end
+  return false
 end
+local fresh = not anyone_waits() -- the key starts over, as if it had expired
 if fresh then
   V, N, Run, flows = 0, 0, 0, {}
 end
@@ -144,14 +144,7 @@ local life = 0 -- the key lives as long as a flow waits
 for _, f in pairs(flows) do
   if f.untl >= now and f.untl - now > life then life = f.untl - now end
 end
-local active = false
-for _, f in pairs(flows) do
-  if f.untl >= now then
-    active = true
-    break
-  end
-end
-if not active then
+if not anyone_waits() then
   redis.call('DEL', key)
   return reply
 end
