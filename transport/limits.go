@@ -1,0 +1,1083 @@
+package transport
+
+import (
+	"math"
+	"math/bits"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Dimension names what a limit counts: requests, tokens, or another unit a
+// partner names. Units a partner names in an IETF RateLimit-Policy ("qu")
+// are kept as sent, in lower case.
+type Dimension string
+
+// The dimensions ParseLimits reports.
+const (
+	// Requests counts requests (calls). It is the unit when a partner names none.
+	Requests Dimension = "requests"
+	// Tokens counts model tokens, input and output together (OpenAI,
+	// Anthropic).
+	Tokens Dimension = "tokens"
+	// InputTokens counts model input (prompt) tokens (Anthropic).
+	InputTokens Dimension = "input-tokens"
+	// OutputTokens counts model output (completion) tokens (Anthropic).
+	OutputTokens Dimension = "output-tokens"
+	// ContentBytes counts content bytes, an IETF quota unit (qu="content-bytes").
+	ContentBytes Dimension = "content-bytes"
+	// ConcurrentRequests counts requests in flight at once, an IETF quota
+	// unit (qu="concurrent-requests"); its Window, if any, means little.
+	ConcurrentRequests Dimension = "concurrent-requests"
+	// Points counts GitHub GraphQL API points (x-ratelimit-resource: graphql).
+	Points Dimension = "points"
+)
+
+// Limit is one rate limit a partner's response states. Fields a response
+// does not state are zero; HasRemaining and HasReset tell a stated 0 from
+// an unstated one.
+type Limit struct {
+	// Dimension is what the limit counts.
+	Dimension Dimension
+	// Policy is the policy's name when the partner gives one: the IETF
+	// policy name, or GitHub's x-ratelimit-resource ("core", "search",
+	// "graphql", ...). Empty otherwise.
+	Policy string
+	// Quota is the number of units allowed per Window; 0 when not stated.
+	Quota float64
+	// Window is the period Quota applies to; 0 when not stated or not known.
+	Window time.Duration
+	// Remaining is the number of units left until Reset; valid when
+	// HasRemaining.
+	Remaining float64
+	// HasRemaining reports whether the response stated Remaining.
+	HasRemaining bool
+	// Reset is the time from now until Remaining is restored; valid when
+	// HasReset. 0 means now (or a reset time already past).
+	Reset time.Duration
+	// HasReset reports whether the response stated Reset.
+	HasReset bool
+	// Partition is the IETF partition key (the pk parameter): the base64
+	// text of the byte sequence as sent, without its colons; "" when none.
+	Partition string
+	// Dialect names the header family the limit came from: "ietf"
+	// (RateLimit-Policy and RateLimit with named policies), "ratelimit"
+	// (the older drafts' RateLimit-Limit, -Remaining, -Reset and
+	// "limit=, remaining=, reset=" forms), "x-ratelimit" (X-RateLimit-*),
+	// "github" (X-RateLimit-* with X-RateLimit-Resource), "openai" or
+	// "anthropic".
+	Dialect string
+}
+
+// Rate reports the quota per second, Quota divided by Window, and false
+// when Quota or Window is unknown or zero. A rate too large for a float64
+// is reported as math.MaxFloat64.
+func (l Limit) Rate() (float64, bool) {
+	if !(l.Quota > 0) || math.IsInf(l.Quota, 0) || l.Window <= 0 {
+		return 0, false
+	}
+	r := l.Quota / l.Window.Seconds()
+	switch {
+	case math.IsInf(r, 1):
+		return math.MaxFloat64, true
+	case r == 0: // underflow: a tiny quota over a long window
+		return math.SmallestNonzeroFloat64, true
+	}
+	return r, true
+}
+
+// ParseLimits reads every rate-limit header dialect in h and returns one
+// Limit per limit they state. now is the time the response arrived; resets
+// given as a point in time are measured from it.
+//
+// It understands:
+//
+//   - RateLimit-Policy and RateLimit as draft-ietf-httpapi-ratelimit-headers-10
+//     defines them: Structured Field lists of named policies,
+//     `"default";q=100;w=60` and `"default";r=50;t=30`. A RateLimit item
+//     and the RateLimit-Policy item of the same name (and partition key)
+//     make one Limit, with Dialect "ietf".
+//   - The older drafts' forms, Dialect "ratelimit": RateLimit-Limit,
+//     RateLimit-Remaining and RateLimit-Reset (seconds); RateLimit as a
+//     dictionary, `limit=100, remaining=50, reset=30`; and RateLimit-Policy
+//     and RateLimit-Limit policies without names, `100;w=60`. The
+//     "expiring limit" takes its Window from the policy with its quota.
+//   - X-RateLimit-Limit, -Remaining and -Reset (seconds from now, or a Unix
+//     time in seconds or milliseconds), Dialect "x-ratelimit". With
+//     X-RateLimit-Resource (GitHub) the Dialect is "github", the resource is
+//     the Policy, X-RateLimit-Used stands in for a missing Remaining, and
+//     the documented windows apply: an hour for "core" and "graphql"
+//     (counted in Points), a minute for "search" and "code_search".
+//   - OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens}, resets
+//     such as "6m0s" or "59.724s"; Window is a minute.
+//   - Anthropic's anthropic-ratelimit-{requests,tokens,input-tokens,
+//     output-tokens}-{limit,remaining,reset}, resets as RFC 3339 times;
+//     Window is a minute.
+//
+// Limits come in that order: within the IETF and older-draft dialects in
+// the order the response lists its policies, and for OpenAI and Anthropic
+// requests first, then tokens (then input and output tokens). The same
+// headers always give the same slice, and no limit twice.
+//
+// Malformed fields and members and negative numbers are ignored, as the
+// IETF draft requires ("Malformed RateLimit header fields MUST be
+// ignored"); unknown parameters are comments. ParseLimits never fails and
+// never panics. Each Structured Field line is parsed on its own, so one
+// malformed line does not hide the others. Numbers and durations too large
+// to hold saturate. ParseLimits returns nil when h states no limit.
+//
+// Retry-After is not a limit: read it with RetryAfter. A secondary limit
+// (GitHub's, for one) arrives as a 403 or 429 with Retry-After, or as
+// Remaining 0 with a Reset; both read as they are.
+func ParseLimits(h http.Header, now time.Time) []Limit {
+	var out []Limit
+	out = appendIETFLimits(out, h)
+	out = appendDraftLimits(out, h)
+	out = appendXRateLimits(out, h, now)
+	out = appendOpenAILimits(out, h)
+	out = appendAnthropicLimits(out, h, now)
+	return out
+}
+
+// RetryAfter reads Retry-After (whole seconds or an HTTP date, see
+// ParseRetryAfter) and retry-after-ms (milliseconds, possibly fractional,
+// as OpenAI and Azure send it). When both are present and valid the longer
+// wait wins. It returns false when neither is valid.
+func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+	d, ok := ParseRetryAfter(h.Get("Retry-After"), now)
+	if ms, okMs := count(h.Get("Retry-After-Ms")); okMs {
+		d, ok = max(d, milliseconds(ms)), true
+	}
+	return d, ok
+}
+
+// milliseconds converts a non-negative number of milliseconds to a
+// Duration, saturating.
+func milliseconds(ms float64) time.Duration {
+	if !(ms > 0) {
+		return 0
+	}
+	if ms >= math.MaxInt64/float64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// count reads a plain non-negative number (a limit, a remaining count). A
+// number past float64's range saturates.
+func count(v string) (float64, bool) {
+	f, ok := number(v)
+	if !ok {
+		g, err := strconv.ParseFloat(strings.Trim(strings.TrimSpace(v), `"`), 64)
+		if ne, isNE := err.(*strconv.NumError); !isNE || ne.Err != strconv.ErrRange || !math.IsInf(g, 1) {
+			return 0, false
+		}
+		f = math.MaxFloat64
+	}
+	if f < 0 {
+		return 0, false
+	}
+	if f == 0 {
+		f = 0 // not -0
+	}
+	return f, true
+}
+
+// IETF draft-ietf-httpapi-ratelimit-headers-10.
+
+const (
+	dialectIETF      = "ietf"
+	dialectRateLimit = "ratelimit"
+	dialectX         = "x-ratelimit"
+	dialectGitHub    = "github"
+	dialectOpenAI    = "openai"
+	dialectAnthropic = "anthropic"
+)
+
+// appendIETFLimits reads the named policies of RateLimit-Policy and the
+// service limits of RateLimit (draft-10, sections 3 and 4).
+func appendIETFLimits(out []Limit, h http.Header) []Limit {
+	var policies []Limit
+	for _, line := range h.Values("RateLimit-Policy") {
+		items, ok := parseSFList(line)
+		if !ok {
+			continue
+		}
+		for _, it := range items {
+			if it.kind != sfString && it.kind != sfToken {
+				continue // numbers are the older drafts' policies; others are malformed
+			}
+			if l, ok := ietfPolicy(it); ok && indexLimit(policies, l.Policy, l.Partition, true) < 0 {
+				policies = append(policies, l)
+			}
+		}
+	}
+	matched := make([]bool, len(policies))
+	var unmatched []Limit
+	for _, line := range h.Values("RateLimit") {
+		items, ok := parseSFList(line)
+		if !ok {
+			continue // perhaps the older dictionary form: appendDraftLimits
+		}
+		for _, it := range items {
+			if it.kind != sfString && it.kind != sfToken {
+				continue
+			}
+			r, t, hasT, pk, ok := ietfServiceLimit(it)
+			if !ok {
+				continue
+			}
+			i := indexLimit(policies, it.str, pk, true)
+			if i < 0 {
+				i = indexLimit(policies, it.str, pk, false)
+			}
+			if i >= 0 {
+				if matched[i] {
+					continue // the first service limit for a policy wins
+				}
+				matched[i] = true
+				p := &policies[i]
+				p.Remaining, p.HasRemaining = r, true
+				p.Reset, p.HasReset = t, hasT
+				if p.Partition == "" {
+					p.Partition = pk
+				}
+				continue
+			}
+			if indexLimit(unmatched, it.str, pk, true) >= 0 {
+				continue
+			}
+			unmatched = append(unmatched, Limit{
+				Dimension: Requests, // the draft's default quota unit
+				Policy:    it.str,
+				Remaining: r, HasRemaining: true,
+				Reset: t, HasReset: hasT,
+				Partition: pk,
+				Dialect:   dialectIETF,
+			})
+		}
+	}
+	out = append(out, policies...)
+	return append(out, unmatched...)
+}
+
+// indexLimit finds the first limit named name in ls. exact asks for the
+// same partition key; otherwise a missing key on either side matches any.
+func indexLimit(ls []Limit, name, pk string, exact bool) int {
+	for i, l := range ls {
+		if l.Policy != name {
+			continue
+		}
+		if l.Partition == pk || !exact && (pk == "" || l.Partition == "") {
+			return i
+		}
+	}
+	return -1
+}
+
+// ietfPolicy reads one quota policy item: "name";q=100;w=60;qu="...";pk=:...:
+// q is required; a known parameter with a value of the wrong type or out of
+// range makes the whole item malformed. Unknown parameters are comments.
+func ietfPolicy(it sfItem) (Limit, bool) {
+	q, ok := it.param("q")
+	if !ok || q.kind != sfNumber || q.num < 0 {
+		return Limit{}, false
+	}
+	l := Limit{Dimension: Requests, Policy: it.str, Quota: nonNegZero(q.num), Dialect: dialectIETF}
+	if w, ok := it.param("w"); ok {
+		// "MUST be a non-negative, non-zero, Integer value expressing an
+		// interval in seconds" (draft-10 §3.1.3). No default: unstated is 0.
+		if w.kind != sfNumber || !(w.num > 0) {
+			return Limit{}, false
+		}
+		l.Window = seconds(w.num)
+	}
+	if qu, ok := it.param("qu"); ok {
+		// A String per draft-10; a Token is taken too, as for policy names.
+		if qu.kind != sfString && qu.kind != sfToken || qu.str == "" {
+			return Limit{}, false
+		}
+		l.Dimension = Dimension(strings.ToLower(qu.str))
+	}
+	if pk, ok := it.param("pk"); ok {
+		if pk.kind != sfBytes {
+			return Limit{}, false
+		}
+		l.Partition = pk.str
+	}
+	return l, true
+}
+
+// ietfServiceLimit reads one service limit item: "name";r=50;t=30;pk=:...:
+// r is required, t optional (draft-10 §4.1).
+func ietfServiceLimit(it sfItem) (remaining float64, reset time.Duration, hasReset bool, pk string, ok bool) {
+	r, ok := it.param("r")
+	if !ok || r.kind != sfNumber || r.num < 0 {
+		return 0, 0, false, "", false
+	}
+	if t, ok := it.param("t"); ok {
+		if t.kind != sfNumber || t.num < 0 {
+			return 0, 0, false, "", false
+		}
+		reset, hasReset = seconds(t.num), true
+	}
+	if p, ok := it.param("pk"); ok {
+		if p.kind != sfBytes {
+			return 0, 0, false, "", false
+		}
+		pk = p.str
+	}
+	return nonNegZero(r.num), reset, hasReset, pk, true
+}
+
+func nonNegZero(f float64) float64 {
+	if f == 0 {
+		return 0 // not -0
+	}
+	return f
+}
+
+// The older drafts (up to draft-07): one "expiring limit" in
+// RateLimit-Limit/-Remaining/-Reset or RateLimit: limit=, remaining=,
+// reset=, and policies as bare numbers, "10, 10;w=1, 1000;w=3600".
+
+type draftPolicy struct {
+	quota  float64
+	window time.Duration
+}
+
+// draftPolicyItem reads "100;w=60". A w that is not a positive number makes
+// the item malformed.
+func draftPolicyItem(it sfItem) (draftPolicy, bool) {
+	if it.kind != sfNumber || it.num < 0 {
+		return draftPolicy{}, false
+	}
+	p := draftPolicy{quota: nonNegZero(it.num)}
+	if w, ok := it.param("w"); ok {
+		if w.kind != sfNumber || !(w.num > 0) {
+			return draftPolicy{}, false
+		}
+		p.window = seconds(w.num)
+	}
+	return p, true
+}
+
+func appendDraftLimits(out []Limit, h http.Header) []Limit {
+	e := Limit{Dimension: Requests, Dialect: dialectRateLimit}
+	hasQuota := false
+	var policies []draftPolicy
+	// RateLimit-Limit: 10, 10;w=1, 1000;w=3600 (draft-03): the first member
+	// is the expiring limit, the others are its policies.
+	first := true
+	for _, line := range h.Values("RateLimit-Limit") {
+		items, ok := parseSFList(line)
+		if !ok {
+			continue
+		}
+		for _, it := range items {
+			p, ok := draftPolicyItem(it)
+			if first {
+				first = false
+				if ok {
+					e.Quota, e.Window, hasQuota = p.quota, p.window, true
+				}
+				continue
+			}
+			if ok {
+				policies = append(policies, p)
+			}
+		}
+	}
+	if n, ok := count(h.Get("RateLimit-Remaining")); ok {
+		e.Remaining, e.HasRemaining = n, true
+	}
+	if n, ok := count(h.Get("RateLimit-Reset")); ok {
+		e.Reset, e.HasReset = seconds(n), true
+	}
+	// RateLimit: limit=100, remaining=50, reset=30 (draft-07), a Dictionary;
+	// it fills in what the separate fields left unsaid.
+	for _, line := range h.Values("RateLimit") {
+		if _, ok := parseSFList(line); ok {
+			continue // the named-policy form: appendIETFLimits
+		}
+		dict, ok := parseSFDict(line)
+		if !ok {
+			continue
+		}
+		if v, ok := dict.get("limit"); ok && !hasQuota && v.kind == sfNumber && v.num >= 0 {
+			e.Quota, hasQuota = nonNegZero(v.num), true
+		}
+		if v, ok := dict.get("remaining"); ok && !e.HasRemaining && v.kind == sfNumber && v.num >= 0 {
+			e.Remaining, e.HasRemaining = nonNegZero(v.num), true
+		}
+		if v, ok := dict.get("reset"); ok && !e.HasReset && v.kind == sfNumber && v.num >= 0 {
+			e.Reset, e.HasReset = seconds(v.num), true
+		}
+	}
+	// RateLimit-Policy: 100;w=60, 1000;w=3600 (drafts 05 to 07).
+	for _, line := range h.Values("RateLimit-Policy") {
+		items, ok := parseSFList(line)
+		if !ok {
+			continue
+		}
+		for _, it := range items {
+			if p, ok := draftPolicyItem(it); ok {
+				policies = append(policies, p)
+			}
+		}
+	}
+	if hasQuota && e.Window == 0 {
+		// "The expiring limit MUST be set to the service limit that is
+		// closest to reaching its limit", and two policies "MUST NOT be
+		// associated with the same quota units value" (draft-07, "Limit
+		// Keyword" and "RateLimit-Policy"): the policy with the expiring
+		// limit's quota is its policy.
+		for _, p := range policies {
+			if p.quota == e.Quota && p.window > 0 {
+				e.Window = p.window
+				break
+			}
+		}
+	}
+	if hasQuota || e.HasRemaining || e.HasReset {
+		out = append(out, e)
+	}
+	var seen []draftPolicy
+	for _, p := range policies {
+		if hasQuota && p.quota == e.Quota && (p.window == e.Window || p.window == 0) {
+			continue // the expiring limit itself
+		}
+		dup := false
+		for _, s := range seen {
+			dup = dup || s == p
+		}
+		if dup {
+			continue
+		}
+		seen = append(seen, p)
+		out = append(out, Limit{Dimension: Requests, Quota: p.quota, Window: p.window, Dialect: dialectRateLimit})
+	}
+	return out
+}
+
+// X-RateLimit-* and GitHub.
+
+// githubWindows are the windows GitHub documents per resource: "the
+// maximum number of requests that you can make per hour" (REST, resource
+// core), "points that you can use per hour" (GraphQL), search "30 requests
+// per minute" and search code "9 requests per minute". Other resources
+// have no window documented; their Window is left 0.
+// https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api
+// https://docs.github.com/en/graphql/overview/rate-limits-and-query-limits-for-the-graphql-api
+// https://docs.github.com/en/rest/search/search#rate-limit
+var githubWindows = map[string]time.Duration{
+	"core":        time.Hour,
+	"graphql":     time.Hour,
+	"search":      time.Minute,
+	"code_search": time.Minute,
+}
+
+func appendXRateLimits(out []Limit, h http.Header, now time.Time) []Limit {
+	l := Limit{Dimension: Requests, Dialect: dialectX}
+	hasQuota := false
+	if n, ok := count(h.Get("X-RateLimit-Limit")); ok {
+		l.Quota, hasQuota = n, true
+	}
+	if n, ok := count(h.Get("X-RateLimit-Remaining")); ok {
+		l.Remaining, l.HasRemaining = n, true
+	}
+	if d, ok := resetIn(h.Get("X-RateLimit-Reset"), now); ok {
+		l.Reset, l.HasReset = d, true
+	}
+	if used, ok := count(h.Get("X-RateLimit-Used")); ok && hasQuota && !l.HasRemaining {
+		// GitHub: x-ratelimit-used, "the number of requests you have made in
+		// the current rate limit window".
+		l.Remaining, l.HasRemaining = nonNegZero(max(0, l.Quota-used)), true
+	}
+	if !hasQuota && !l.HasRemaining && !l.HasReset {
+		return out
+	}
+	if res := strings.TrimSpace(h.Get("X-RateLimit-Resource")); res != "" {
+		l.Dialect, l.Policy = dialectGitHub, res
+		l.Window = githubWindows[strings.ToLower(res)]
+		if strings.EqualFold(res, "graphql") {
+			l.Dimension = Points
+		}
+	}
+	return append(out, l)
+}
+
+// OpenAI.
+
+// appendOpenAILimits reads x-ratelimit-{limit,remaining,reset}-{requests,
+// tokens}: https://platform.openai.com/docs/guides/rate-limits ("Rate
+// limits in headers"). OpenAI's limits are requests and tokens per minute
+// (RPM, TPM), so Window is a minute; its other limits (per day, say) have
+// no header.
+func appendOpenAILimits(out []Limit, h http.Header) []Limit {
+	for _, d := range [...]struct {
+		dim    Dimension
+		suffix string
+	}{{Requests, "requests"}, {Tokens, "tokens"}} {
+		l := Limit{Dimension: d.dim, Window: time.Minute, Dialect: dialectOpenAI}
+		hasQuota := false
+		if n, ok := count(h.Get("X-Ratelimit-Limit-" + d.suffix)); ok {
+			l.Quota, hasQuota = n, true
+		}
+		if n, ok := count(h.Get("X-Ratelimit-Remaining-" + d.suffix)); ok {
+			l.Remaining, l.HasRemaining = n, true
+		}
+		if r, ok := parseResetDuration(h.Get("X-Ratelimit-Reset-" + d.suffix)); ok {
+			l.Reset, l.HasReset = r, true
+		}
+		if hasQuota || l.HasRemaining || l.HasReset {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// durationUnits are the units of a Go duration string, largest first.
+var durationUnits = [...]struct {
+	name string
+	d    uint64
+}{
+	{"h", uint64(time.Hour)},
+	{"m", uint64(time.Minute)},
+	{"s", uint64(time.Second)},
+	{"ms", uint64(time.Millisecond)},
+	{"us", uint64(time.Microsecond)},
+	{"µs", uint64(time.Microsecond)}, // U+00B5 micro sign
+	{"μs", uint64(time.Microsecond)}, // U+03BC Greek mu
+	{"ns", uint64(time.Nanosecond)},
+}
+
+// parseResetDuration reads an OpenAI reset: a Go duration as
+// time.Duration.String writes it ("1s", "6m0s", "12ms", "59.724s",
+// "1h2m3.5s"), or a bare number of seconds (as Azure OpenAI sends it).
+// Unlike time.ParseDuration it rejects signs, units out of order or
+// repeated, and fractions without digits on both sides of the point, and it
+// saturates rather than fails on overflow.
+func parseResetDuration(v string) (time.Duration, bool) {
+	s := strings.TrimSpace(v)
+	if s == "" {
+		return 0, false
+	}
+	if isDecimal(s) {
+		f, _ := strconv.ParseFloat(s, 64) // digits only: at worst +Inf, which saturates
+		return seconds(f), true
+	}
+	var total uint64
+	last := -1
+	for s != "" {
+		i := 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == 0 {
+			return 0, false
+		}
+		whole, fracDigits := s[:i], ""
+		s = s[i:]
+		if s != "" && s[0] == '.' {
+			j := 1
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				j++
+			}
+			if j == 1 {
+				return 0, false
+			}
+			fracDigits, s = s[1:j], s[j:]
+		}
+		j := 0
+		for j < len(s) && (s[j] < '0' || s[j] > '9') && s[j] != '.' {
+			j++
+		}
+		name := s[:j]
+		s = s[j:]
+		u := -1
+		for k, unit := range durationUnits {
+			if unit.name == name {
+				u = k
+				break
+			}
+		}
+		if u < 0 || u <= last || last >= 0 && durationUnits[u].d == durationUnits[last].d {
+			return 0, false
+		}
+		last = u
+		total = satAdd(total, scaledDigits(whole, fracDigits, durationUnits[u].d))
+	}
+	if total > math.MaxInt64 {
+		return math.MaxInt64, true
+	}
+	return time.Duration(total), true
+}
+
+// isDecimal reports whether s is digits, optionally with a fraction:
+// "12", "0.5".
+func isDecimal(s string) bool {
+	whole, frac, hasPoint := strings.Cut(s, ".")
+	return whole != "" && allDigits(whole) && (!hasPoint || frac != "" && allDigits(frac))
+}
+
+// scaledDigits returns whole.frac × unit, saturating at math.MaxUint64.
+// whole and frac are decimal digits; frac may be empty.
+func scaledDigits(whole, frac string, unit uint64) uint64 {
+	var w uint64
+	for _, c := range []byte(whole) {
+		hi, lo := bits.Mul64(w, 10)
+		lo, carry := bits.Add64(lo, uint64(c-'0'), 0)
+		if hi != 0 || carry != 0 {
+			return math.MaxUint64
+		}
+		w = lo
+	}
+	hi, total := bits.Mul64(w, unit)
+	if hi != 0 {
+		return math.MaxUint64
+	}
+	// The fraction: up to 19 digits (10^19 < 2^64) are exact enough; the
+	// rest are below a nanosecond.
+	if len(frac) > 19 {
+		frac = frac[:19]
+	}
+	var f, scale uint64 = 0, 1
+	for _, c := range []byte(frac) {
+		f, scale = f*10+uint64(c-'0'), scale*10
+	}
+	fh, fl := bits.Mul64(f, unit)
+	part, _ := bits.Div64(fh, fl, scale) // f < scale, so the quotient fits
+	return satAdd(total, part)
+}
+
+func satAdd(a, b uint64) uint64 {
+	s, carry := bits.Add64(a, b, 0)
+	if carry != 0 {
+		return math.MaxUint64
+	}
+	return s
+}
+
+// Anthropic.
+
+// appendAnthropicLimits reads anthropic-ratelimit-{requests,tokens,
+// input-tokens,output-tokens}-{limit,remaining,reset}, resets "provided in
+// RFC 3339 format": https://docs.anthropic.com/en/api/rate-limits
+// ("Response headers"). Anthropic's limits are per minute (RPM, ITPM,
+// OTPM), so Window is a minute. Token remaining counts are rounded to the
+// nearest thousand by Anthropic. On a 429 Anthropic also sends
+// retry-after: see RetryAfter.
+func appendAnthropicLimits(out []Limit, h http.Header, now time.Time) []Limit {
+	for _, d := range [...]struct {
+		dim    Dimension
+		prefix string
+	}{
+		{Requests, "Anthropic-Ratelimit-Requests-"},
+		{Tokens, "Anthropic-Ratelimit-Tokens-"},
+		{InputTokens, "Anthropic-Ratelimit-Input-Tokens-"},
+		{OutputTokens, "Anthropic-Ratelimit-Output-Tokens-"},
+	} {
+		l := Limit{Dimension: d.dim, Window: time.Minute, Dialect: dialectAnthropic}
+		hasQuota := false
+		if n, ok := count(h.Get(d.prefix + "Limit")); ok {
+			l.Quota, hasQuota = n, true
+		}
+		if n, ok := count(h.Get(d.prefix + "Remaining")); ok {
+			l.Remaining, l.HasRemaining = n, true
+		}
+		if t, err := time.Parse(time.RFC3339, strings.TrimSpace(h.Get(d.prefix+"Reset"))); err == nil {
+			l.Reset, l.HasReset = max(0, t.Sub(now)), true // Sub saturates
+		}
+		if hasQuota || l.HasRemaining || l.HasReset {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Structured Field Values (RFC 9651), the parts the RateLimit fields use.
+// The parser follows RFC 9651 §4.2 with two leniencies, both harmless to
+// well-formed input: numbers may have more digits than the RFC allows
+// (they saturate), and each field line is parsed on its own.
+
+type sfKind uint8
+
+const (
+	sfNumber sfKind = iota + 1 // Integer or Decimal
+	sfString
+	sfToken
+	sfBytes // str holds the base64 text as sent
+	sfBool
+	sfDate
+	sfDisplay
+	sfInner // an Inner List; its members are dropped
+)
+
+type sfItem struct {
+	kind   sfKind
+	num    float64
+	str    string
+	params []sfParam
+}
+
+type sfParam struct {
+	key string
+	val sfItem
+}
+
+// param returns the value of the parameter key. Parsing already kept only
+// the last of repeated keys (RFC 9651 §4.2.3.2).
+func (it sfItem) param(key string) (sfItem, bool) {
+	for _, p := range it.params {
+		if p.key == key {
+			return p.val, true
+		}
+	}
+	return sfItem{}, false
+}
+
+type sfDict []sfParam
+
+func (d sfDict) get(key string) (sfItem, bool) {
+	for _, m := range d {
+		if m.key == key {
+			return m.val, true
+		}
+	}
+	return sfItem{}, false
+}
+
+type sfParser struct {
+	s string
+	i int
+}
+
+func (p *sfParser) eof() bool  { return p.i >= len(p.s) }
+func (p *sfParser) peek() byte { return p.s[p.i] }
+
+func (p *sfParser) skipSP() {
+	for !p.eof() && p.peek() == ' ' {
+		p.i++
+	}
+}
+
+func (p *sfParser) skipOWS() {
+	for !p.eof() && (p.peek() == ' ' || p.peek() == '\t') {
+		p.i++
+	}
+}
+
+// parseSFList parses one field line as a List (RFC 9651 §4.2.1).
+func parseSFList(line string) ([]sfItem, bool) {
+	p := &sfParser{s: strings.Trim(line, " \t")}
+	var out []sfItem
+	for !p.eof() {
+		it, ok := p.itemOrInnerList()
+		if !ok {
+			return nil, false
+		}
+		out = append(out, it)
+		if !p.nextMember() {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// parseSFDict parses one field line as a Dictionary (RFC 9651 §4.2.2).
+// A repeated key keeps its first place and its last value.
+func parseSFDict(line string) (sfDict, bool) {
+	p := &sfParser{s: strings.Trim(line, " \t")}
+	var out sfDict
+	for !p.eof() {
+		key, ok := p.key()
+		if !ok {
+			return nil, false
+		}
+		var v sfItem
+		if !p.eof() && p.peek() == '=' {
+			p.i++
+			if v, ok = p.itemOrInnerList(); !ok {
+				return nil, false
+			}
+		} else {
+			v = sfItem{kind: sfBool, num: 1}
+			if v.params, ok = p.params(); !ok {
+				return nil, false
+			}
+		}
+		out = setParam(out, key, v)
+		if !p.nextMember() {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// nextMember consumes the separator after a list or dictionary member:
+// true at the end of input or after a comma followed by more.
+func (p *sfParser) nextMember() bool {
+	p.skipOWS()
+	if p.eof() {
+		return true
+	}
+	if p.peek() != ',' {
+		return false
+	}
+	p.i++
+	p.skipOWS()
+	return !p.eof() // a trailing comma is malformed
+}
+
+func setParam(ps []sfParam, key string, v sfItem) []sfParam {
+	for i := range ps {
+		if ps[i].key == key {
+			ps[i].val = v
+			return ps
+		}
+	}
+	return append(ps, sfParam{key, v})
+}
+
+func (p *sfParser) itemOrInnerList() (sfItem, bool) {
+	if !p.eof() && p.peek() == '(' {
+		return p.innerList()
+	}
+	it, ok := p.bareItem()
+	if !ok {
+		return sfItem{}, false
+	}
+	it.params, ok = p.params()
+	return it, ok
+}
+
+func (p *sfParser) innerList() (sfItem, bool) {
+	p.i++ // (
+	for {
+		p.skipSP()
+		if p.eof() {
+			return sfItem{}, false
+		}
+		if p.peek() == ')' {
+			p.i++
+			ps, ok := p.params()
+			return sfItem{kind: sfInner, params: ps}, ok
+		}
+		if _, ok := p.bareItem(); !ok {
+			return sfItem{}, false
+		}
+		if _, ok := p.params(); !ok {
+			return sfItem{}, false
+		}
+		if p.eof() || p.peek() != ' ' && p.peek() != ')' {
+			return sfItem{}, false
+		}
+	}
+}
+
+func (p *sfParser) params() ([]sfParam, bool) {
+	var ps []sfParam
+	for !p.eof() && p.peek() == ';' {
+		p.i++
+		p.skipSP()
+		key, ok := p.key()
+		if !ok {
+			return nil, false
+		}
+		v := sfItem{kind: sfBool, num: 1}
+		if !p.eof() && p.peek() == '=' {
+			p.i++
+			if v, ok = p.bareItem(); !ok {
+				return nil, false
+			}
+		}
+		ps = setParam(ps, key, v)
+	}
+	return ps, true
+}
+
+func (p *sfParser) key() (string, bool) {
+	start := p.i
+	if p.eof() || !(isLCAlpha(p.peek()) || p.peek() == '*') {
+		return "", false
+	}
+	p.i++
+	for !p.eof() {
+		c := p.peek()
+		if !(isLCAlpha(c) || isDigit(c) || c == '_' || c == '-' || c == '.' || c == '*') {
+			break
+		}
+		p.i++
+	}
+	return p.s[start:p.i], true
+}
+
+func (p *sfParser) bareItem() (sfItem, bool) {
+	if p.eof() {
+		return sfItem{}, false
+	}
+	switch c := p.peek(); {
+	case c == '-' || isDigit(c):
+		return p.number()
+	case c == '"':
+		return p.str()
+	case c == '*' || isAlpha(c):
+		return p.token()
+	case c == ':':
+		return p.bytes()
+	case c == '?':
+		if p.i+1 < len(p.s) && (p.s[p.i+1] == '0' || p.s[p.i+1] == '1') {
+			v := float64(p.s[p.i+1] - '0')
+			p.i += 2
+			return sfItem{kind: sfBool, num: v}, true
+		}
+		return sfItem{}, false
+	case c == '@':
+		p.i++
+		start := p.i
+		it, ok := p.number()
+		if !ok || strings.IndexByte(p.s[start:p.i], '.') >= 0 { // a Date is an Integer
+			return sfItem{}, false
+		}
+		return sfItem{kind: sfDate, num: it.num}, true
+	case c == '%':
+		return p.displayString()
+	}
+	return sfItem{}, false
+}
+
+// number reads an Integer or a Decimal (RFC 9651 §4.2.4), with any number
+// of digits: a value past float64's range saturates.
+func (p *sfParser) number() (sfItem, bool) {
+	start := p.i
+	if !p.eof() && p.peek() == '-' { // eof: "@" ends the field
+		p.i++
+	}
+	digits := p.i
+	for !p.eof() && isDigit(p.peek()) {
+		p.i++
+	}
+	if p.i == digits {
+		return sfItem{}, false
+	}
+	if !p.eof() && p.peek() == '.' {
+		p.i++
+		frac := p.i
+		for !p.eof() && isDigit(p.peek()) {
+			p.i++
+		}
+		if p.i == frac {
+			return sfItem{}, false
+		}
+	}
+	f, err := strconv.ParseFloat(p.s[start:p.i], 64)
+	if err != nil && !math.IsInf(f, 0) {
+		return sfItem{}, false
+	}
+	if math.IsInf(f, 0) {
+		f = math.Copysign(math.MaxFloat64, f)
+	}
+	return sfItem{kind: sfNumber, num: f}, true
+}
+
+func (p *sfParser) str() (sfItem, bool) {
+	p.i++ // "
+	var b strings.Builder
+	for !p.eof() {
+		c := p.peek()
+		p.i++
+		switch {
+		case c == '\\':
+			if p.eof() || p.peek() != '"' && p.peek() != '\\' {
+				return sfItem{}, false
+			}
+			b.WriteByte(p.peek())
+			p.i++
+		case c == '"':
+			return sfItem{kind: sfString, str: b.String()}, true
+		case c < 0x20 || c > 0x7e:
+			return sfItem{}, false
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return sfItem{}, false
+}
+
+func (p *sfParser) token() (sfItem, bool) {
+	start := p.i
+	p.i++
+	for !p.eof() && (isTChar(p.peek()) || p.peek() == ':' || p.peek() == '/') {
+		p.i++
+	}
+	return sfItem{kind: sfToken, str: p.s[start:p.i]}, true
+}
+
+// bytes reads :base64: and keeps the base64 text. RFC 9651 §4.2.7 asks
+// parsers not to fail on missing padding or non-zero pad bits, so only the
+// alphabet is checked.
+func (p *sfParser) bytes() (sfItem, bool) {
+	p.i++ // :
+	start := p.i
+	for !p.eof() && p.peek() != ':' {
+		c := p.peek()
+		if !(isAlpha(c) || isDigit(c) || c == '+' || c == '/' || c == '=') {
+			return sfItem{}, false
+		}
+		p.i++
+	}
+	if p.eof() {
+		return sfItem{}, false
+	}
+	s := p.s[start:p.i]
+	p.i++ // :
+	return sfItem{kind: sfBytes, str: s}, true
+}
+
+// displayString reads %"..." (RFC 9651 §4.2.10): percent-encoded UTF-8.
+func (p *sfParser) displayString() (sfItem, bool) {
+	p.i++ // %
+	if p.eof() || p.peek() != '"' {
+		return sfItem{}, false
+	}
+	p.i++
+	var b []byte
+	for !p.eof() {
+		c := p.peek()
+		p.i++
+		switch {
+		case c == '%':
+			if p.i+2 > len(p.s) {
+				return sfItem{}, false
+			}
+			v, err := strconv.ParseUint(p.s[p.i:p.i+2], 16, 8)
+			if err != nil || strings.ToLower(p.s[p.i:p.i+2]) != p.s[p.i:p.i+2] {
+				return sfItem{}, false
+			}
+			b = append(b, byte(v))
+			p.i += 2
+		case c == '"':
+			s := string(b)
+			if !utf8.ValidString(s) {
+				return sfItem{}, false
+			}
+			return sfItem{kind: sfDisplay, str: s}, true
+		case c < 0x20 || c > 0x7e:
+			return sfItem{}, false
+		default:
+			b = append(b, c)
+		}
+	}
+	return sfItem{}, false
+}
+
+func isDigit(c byte) bool   { return c >= '0' && c <= '9' }
+func isLCAlpha(c byte) bool { return c >= 'a' && c <= 'z' }
+func isAlpha(c byte) bool   { return isLCAlpha(c) || c >= 'A' && c <= 'Z' }
+
+func isTChar(c byte) bool {
+	return isAlpha(c) || isDigit(c) || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
