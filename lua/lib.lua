@@ -628,3 +628,30 @@ local function peek_any(dims, now, not_before, delays, rems)
   end
   return best
 end
+
+-- set_clamp is clamp.lua's work on the state keys KEYS[from..]: until now +
+-- span, nothing departs on a key less than interval after the previous
+-- departure reserved under the clamp; a clamp replaces the one before it,
+-- keeping its next slot if that falls within its window. It returns the
+-- clamp's end as a string, or the error reply of a key it cannot use
+-- (having written nothing).
+local function set_clamp(from, now, interval, span)
+  local endv = now + span
+  local nexts = {}
+  for i = from, #KEYS do -- read and check everything before writing anything
+    local cur, why = get(KEYS[i] .. ':k')
+    if cur == nil then return refuse(i - from + 1, 'clamp key ' .. why) end
+    nexts[i] = now
+    if cur then
+      local c = parse_clamp(cur)
+      if not c then return refuse(i - from + 1, 'clamp key holds a corrupt value') end
+      if now < c[3] and c[1] > now and c[1] < c[3] then nexts[i] = c[1] end -- its next slot, within its window
+    end
+  end
+  local ttl = math.ceil(endv - now)
+  if ttl < 1 then ttl = 1 end
+  for i = from, #KEYS do
+    redis.call('SET', KEYS[i] .. ':k', fmt(nexts[i]) .. ' ' .. fmt(interval) .. ' ' .. fmt(endv), 'PX', ttl)
+  end
+  return fmt(endv)
+end

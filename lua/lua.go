@@ -71,6 +71,12 @@ var (
 	//go:embed pause.lua
 	Pause string
 
+	// Learn keeps a partner key's learned record and sets the clamp
+	// its rate makes, when the record's version is the caller's.
+	//
+	//go:embed learn.lua
+	Learn string
+
 	// Clamp paces keys evenly until a partner's reset: KEYS: the state
 	// keys; ARGV: now in ms ("" reads Redis TIME), the interval and the span
 	// in ms.

@@ -116,6 +116,7 @@ type mem struct {
 
 	permits permits // the in-flight dimension's leases (permits.go)
 	turns   turns   // the fair turns of the flows waiting on a key (turns.go)
+	learned learned // what shapers learned of each partner key (learned.go)
 
 	stop      chan struct{}
 	done      chan struct{}

@@ -42,6 +42,12 @@ const (
 	// MetricPermitWait is how long calls waited for an in-flight permit,
 	// in seconds (0 when one was free).
 	MetricPermitWait = "throttlekit.permit.wait"
+	// MetricLearnedRate is a learning shaper's rate for a key (requests
+	// per second; see shaper.WithLearning), recorded when the partner's
+	// feedback changes it, with the event that did (AttrEvent).
+	MetricLearnedRate = "throttlekit.learned.rate"
+	// MetricLearnedChanges counts those changes, by event.
+	MetricLearnedChanges = "throttlekit.learned.changes"
 )
 
 // The attributes Wrap sets.
@@ -57,6 +63,11 @@ const (
 	AttrKey = attribute.Key("throttlekit.key")
 	// AttrDelay is a span event's delay in seconds.
 	AttrDelay = attribute.Key("throttlekit.delay")
+	// AttrEvent is what changed a learned rate: "refused", "advertised",
+	// "remaining", "paused" or "started" (see shaper.Learned).
+	AttrEvent = attribute.Key("throttlekit.event")
+	// AttrRate is a span event's learned rate, in requests per second.
+	AttrRate = attribute.Key("throttlekit.rate")
 )
 
 // The values of AttrOutcome.
@@ -153,6 +164,8 @@ type Reserver struct {
 	pauses       metric.Int64Counter
 	inflight     metric.Int64UpDownCounter
 	permitWait   metric.Float64Histogram
+	learnedRate  metric.Float64Gauge
+	learned      metric.Int64Counter
 
 	limiter   attribute.KeyValue
 	byOutcome map[string]metric.MeasurementOption // limiter + outcome, built once
@@ -167,6 +180,7 @@ var (
 	_ shaper.Clamper      = (*Reserver)(nil)
 	_ shaper.PermitHolder = (*Reserver)(nil)
 	_ shaper.TurnTaker    = (*Reserver)(nil)
+	_ shaper.Learner      = (*Reserver)(nil)
 )
 
 // Wrap returns a Reserver that records OpenTelemetry metrics and span events
@@ -208,7 +222,7 @@ func Wrap(r shaper.Reserver, opts ...Option) shaper.Reserver {
 	}
 	w := &Reserver{inner: r, name: c.name, withKey: c.withKey, tracer: c.tp.Tracer(ScopeName)}
 	m := c.mp.Meter(ScopeName)
-	var errs [8]error
+	var errs [10]error
 	w.reservations, errs[0] = m.Int64Counter(MetricReservations,
 		metric.WithDescription("Reserve and Wait calls, by outcome."), metric.WithUnit("{reservation}"))
 	w.delay, errs[1] = m.Float64Histogram(MetricDelay,
@@ -229,6 +243,10 @@ func Wrap(r shaper.Reserver, opts ...Option) shaper.Reserver {
 	w.permitWait, errs[7] = m.Float64Histogram(MetricPermitWait,
 		metric.WithDescription("How long calls waited for an in-flight permit."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(DelayBuckets...))
+	w.learnedRate, errs[8] = m.Float64Gauge(MetricLearnedRate,
+		metric.WithDescription("A learning shaper's rate for a key, when the partner's feedback changes it."), metric.WithUnit("{request}/s"))
+	w.learned, errs[9] = m.Int64Counter(MetricLearnedChanges,
+		metric.WithDescription("Changes of a learning shaper's rate, by the event that made them."), metric.WithUnit("{change}"))
 	if err := errors.Join(errs[:]...); err != nil {
 		otelapi.Handle(err) // and record nothing where the meter gave no instrument
 		orNoop(&w.reservations, metric.Int64Counter(noop.Int64Counter{}))
@@ -239,6 +257,8 @@ func Wrap(r shaper.Reserver, opts ...Option) shaper.Reserver {
 		orNoop(&w.pauses, metric.Int64Counter(noop.Int64Counter{}))
 		orNoop(&w.inflight, metric.Int64UpDownCounter(noop.Int64UpDownCounter{}))
 		orNoop(&w.permitWait, metric.Float64Histogram(noop.Float64Histogram{}))
+		orNoop(&w.learnedRate, metric.Float64Gauge(noop.Float64Gauge{}))
+		orNoop(&w.learned, metric.Int64Counter(noop.Int64Counter{}))
 	}
 	w.limiter = AttrLimiter.String(c.name)
 	w.limOnly = metric.WithAttributeSet(attribute.NewSet(w.limiter))
@@ -263,6 +283,18 @@ func Wrap(r shaper.Reserver, opts ...Option) shaper.Reserver {
 		},
 		PermitReleased: func(ctx context.Context) {
 			w.inflight.Add(ctx, -1, w.limOnly)
+		},
+		Learned: func(ctx context.Context, key string, rate float64, event string) {
+			kv := []attribute.KeyValue{w.limiter, AttrEvent.String(event)}
+			if w.withKey {
+				kv = append(kv, AttrKey.String(key))
+			}
+			attrs := metric.WithAttributeSet(attribute.NewSet(kv...))
+			w.learnedRate.Record(ctx, rate, attrs)
+			w.learned.Add(ctx, 1, attrs)
+			if span := trace.SpanFromContext(ctx); span.IsRecording() {
+				span.AddEvent("throttlekit.learned", trace.WithAttributes(w.limiter, AttrEvent.String(event), AttrRate.Float64(rate)))
+			}
 		},
 	}
 	return w
@@ -427,6 +459,32 @@ func (w *Reserver) Pause(ctx context.Context, key string, d time.Duration) error
 		span.AddEvent("throttlekit.pause", trace.WithAttributes(w.limiter, AttrDelay.Float64(d.Seconds()), attribute.Bool("throttlekit.error", err != nil)))
 	}
 	return err
+}
+
+// Learn delegates the partner's feedback to the wrapped Reserver (see
+// shaper.Shaper.Learn), recording a learned rate it changes
+// (MetricLearnedRate, MetricLearnedChanges, and a "throttlekit.learned"
+// span event). A wrapped Reserver that does not learn is paused for
+// fb.Pause, or clamped to the remaining count when it can be.
+func (w *Reserver) Learn(ctx context.Context, key string, fb shaper.Feedback) error {
+	if w.inner == nil {
+		return errNil
+	}
+	tctx := itrace.With(ctx, w.trace)
+	if l, ok := w.inner.(shaper.Learner); ok {
+		err := l.Learn(tctx, key, fb)
+		if err == nil && fb.Pause > 0 {
+			w.pauses.Add(ctx, 1, w.limOnly)
+		}
+		return err
+	}
+	if fb.Pause > 0 {
+		return w.Pause(ctx, key, min(fb.Pause, shaper.MaxPause))
+	}
+	if c, ok := w.inner.(shaper.Clamper); ok && fb.HasRemaining {
+		return c.Clamp(tctx, key, fb.Remaining, min(fb.Reset, shaper.MaxPause))
+	}
+	return nil
 }
 
 // orNoop sets *inst to none, a no-op instrument, when the meter returned

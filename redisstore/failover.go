@@ -390,3 +390,16 @@ func (h *handoff) done(d *store.Dim, key string) {
 		h.n.Add(-1)
 	}
 }
+
+// Learn keeps the learned record on Redis; during an outage FailLocal's
+// twin keeps this process's (its clamp holds the twin's keys), the others
+// report the outage (the shaper then keeps the rate it holds).
+func (f *failover) Learn(ctx context.Context, l *store.Learned, now float64, want uint64, rec string, ttl float64, c *store.LearnClamp) (string, error) {
+	v, err := f.redis.Learn(ctx, l, now, want, rec, ttl, c)
+	if !outage(err) || f.local == nil {
+		return v, err
+	}
+	twin := *l
+	twin.KeySet = twinsOf(l.KeySet)
+	return f.twins.Learn(ctx, &twin, now, want, rec, ttl, c)
+}

@@ -18,7 +18,9 @@ import (
 // given back by a cancel and a refusal, counted by Status, and waiters
 // served in order, woken by the release notices of the store's
 // subscription. And fair turns give the memory store's replies, bit for
-// bit: lua/fair_turn.lua is internal/fair's Turn.
+// bit: lua/fair_turn.lua is internal/fair's Turn. And a learning fleet
+// paces and reports as it does on memory: lua/learn.lua is memstore's
+// Learn.
 func TestInFlightAndTurnsMatchMemoryStore(t *testing.T) {
 	t.Parallel()
 	_, node := redisClient(t)
@@ -31,6 +33,7 @@ func TestInFlightAndTurnsMatchMemoryStore(t *testing.T) {
 		}}
 		storetest.InFlight(t, c)
 		storetest.FairTurns(t, c)
+		storetest.Learned(t, c)
 	}
 }
 

@@ -29,6 +29,7 @@ type config struct {
 	precise  time.Duration // 0: default sleeps
 	refresh  time.Duration // WithContractRefresh
 	maxRun   int           // WithMaxPriorityRun
+	learning *Learning     // WithLearning
 	err      error
 
 	maxRunSet bool

@@ -80,6 +80,26 @@ func (r *router) AwaitTurn(ctx context.Context, key string, cost int64) (Reserva
 	return to.Reserve(ctx, key, cost)
 }
 
+// Learn gives the feedback to the Reserver key routes to (see
+// Shaper.Learn); one that does not learn is paused for fb.Pause, or
+// clamped to the remaining count when it can be (Clamper).
+func (r *router) Learn(ctx context.Context, key string, fb Feedback) error {
+	to, err := r.to(key)
+	if err != nil {
+		return err
+	}
+	if l, ok := to.(Learner); ok {
+		return l.Learn(ctx, key, fb)
+	}
+	if fb.Pause > 0 {
+		return to.Pause(ctx, key, min(fb.Pause, MaxPause))
+	}
+	if c, ok := to.(Clamper); ok && fb.HasRemaining {
+		return c.Clamp(ctx, key, fb.Remaining, min(fb.Reset, MaxPause))
+	}
+	return nil
+}
+
 // HoldsPermits reports whether the Reserver key routes to holds permits
 // (see Shaper.HoldsPermits); one without the method holds none.
 func (r *router) HoldsPermits(key string) bool {

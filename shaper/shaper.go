@@ -78,6 +78,8 @@ type Shaper struct {
 	fairRooms fairRooms // the requests waiting for their flow's turn, per key (fair.go)
 	rateless  bool      // no dimension but the in-flight one
 
+	learner *learner // WithLearning: each key's learned rate (learn.go); nil: none
+
 	liveState // changing the contract while it runs (live.go)
 }
 
@@ -268,6 +270,9 @@ func newShaper(st Store, dims []Dimension, opts []Option) (*Shaper, error) {
 	base.index()
 	s.single = len(base.dims) == 1 && base.dims[0].key == nil && base.dims[0].cost == nil
 	s.rateless = len(base.dims) == 0
+	if cfg.learning != nil && !s.rateless {
+		s.learner = newLearner(cfg.learning)
+	}
 	s.startLive(base)
 	return s, nil
 }
@@ -374,6 +379,9 @@ func (s *Shaper) decide(ctx context.Context, c *contract, key string, cost int64
 	}
 	if s.refresh > 0 { // a Redis store: its fleet's contract, read in the background
 		s.refreshAt(now)
+	}
+	if s.learner != nil { // the learned rate's clamp, renewed
+		s.learnSync(ctx, c, key, now)
 	}
 	ms := algorithms.Millis(now)
 	if !s.single {

@@ -37,6 +37,11 @@ type Status struct {
 	// Dimensions holds every dimension's own figures, in name order (one,
 	// named "", for a shaper of one contract).
 	Dimensions []DimensionStatus
+	// Learned is what a shaper WithLearning learned of the key: the rate
+	// in force and the event that last changed it (nil for a shaper that
+	// does not learn). The figures above already count the clamp it
+	// sets.
+	Learned *Learned
 }
 
 // DimensionStatus is one dimension's part of a Status.
@@ -75,10 +80,17 @@ func (s *Shaper) Status(ctx context.Context, key string, cost int64) (Status, er
 	if s == nil {
 		return Status{}, errNilShaper
 	}
+	var st Status
+	var err error
 	if s.flight != nil {
-		return s.statusHolding(ctx, key, cost)
+		st, err = s.statusHolding(ctx, key, cost)
+	} else {
+		st, err = s.status(ctx, key, cost)
 	}
-	return s.status(ctx, key, cost)
+	if err == nil && s.learner != nil {
+		st.Learned, err = s.learned(ctx, s.live(), key)
+	}
+	return st, err
 }
 
 // status is Status for the dimensions of rate.

@@ -70,6 +70,16 @@ func (s *Shaper) acquire(ctx context.Context, key string, cost int64, permit int
 	if !s.queues {
 		return s.waitRetry(ctx, key, cost)
 	}
+	if s.learner != nil {
+		// A learning key's slots are taken just in time: at most a
+		// gateSpan of them ahead in this process, so that a lower rate
+		// learned applies to every request within gateSpan.
+		leave, err := s.learner.gate(ctx, s, key)
+		if err != nil {
+			return Reservation{}, err
+		}
+		defer leave()
+	}
 	// A pause set or extended while we wait: the slot fell inside it and is
 	// lost with it; take a new one after the pause, as often as pauses keep
 	// coming (MaxQueue and the ctx's deadline bound the wait: reserve

@@ -53,76 +53,43 @@ func seconds(s float64) time.Duration {
 	return time.Duration(s * float64(time.Second))
 }
 
-// RateLimitPause reads a response's rate-limit headers and returns how long
-// the key should pause when they say nothing is left, and whether they said
-// so. It understands:
-//
-//   - X-RateLimit-Remaining with X-RateLimit-Reset (seconds from now, or a
-//     Unix time in seconds or milliseconds when the number is that large);
-//   - RateLimit-Remaining with RateLimit-Reset (seconds from now), and the
-//     single RateLimit header in its list form ("limit=100, remaining=0,
-//     reset=30") and its structured form ("default";r=0;t=30).
-//
-// Headers can only slow a key down: remaining above zero says nothing here
-// (see RateLimitRemaining).
+// RateLimitPause reads a response's rate-limit headers, in every dialect
+// ParseLimits reads, and returns how long the key should pause when they
+// say nothing is left (the longest time to a reset among the limits with
+// less than one unit remaining), and whether they said so. Headers can
+// only slow a key down: remaining above zero says nothing here (see
+// RateLimitRemaining).
 func RateLimitPause(h http.Header, now time.Time) (time.Duration, bool) {
 	var pause time.Duration
 	found := false
-	for _, p := range rateLimitPolicies(h, now) {
-		if p.remaining <= 0 {
-			found, pause = true, max(pause, p.reset)
+	for _, l := range ParseLimits(h, now) {
+		if l.HasRemaining && l.HasReset && l.Remaining < 1 {
+			found, pause = true, max(pause, l.Reset)
 		}
 	}
 	return pause, found
 }
 
 // RateLimitRemaining reads the same headers as RateLimitPause and returns
-// the tightest of the policies that still have calls left: the fewest
-// calls per second of their reset, as a whole number of calls left
-// (fractions dropped) and the time until the reset. ok is false when no
-// policy states a remaining count of at least 1 with a reset after now.
+// the tightest of the limits that still have units left: the fewest per
+// second of their reset, as a whole number left (fractions dropped) and
+// the time until the reset. ok is false when no limit states a remaining
+// count of at least 1 with a reset after now.
 func RateLimitRemaining(h http.Header, now time.Time) (remaining int64, reset time.Duration, ok bool) {
-	for _, p := range rateLimitPolicies(h, now) {
-		n := math.Floor(p.remaining)
-		if n < 1 || p.reset <= 0 {
+	for _, l := range ParseLimits(h, now) {
+		n := math.Floor(l.Remaining)
+		if !l.HasRemaining || !l.HasReset || n < 1 || l.Reset <= 0 {
 			continue
 		}
 		if n > math.MaxInt64/2 {
 			n = math.MaxInt64 / 2
 		}
 		// Tighter: fewer calls per unit of time, n/reset < remaining/reset.
-		if !ok || n*reset.Seconds() < float64(remaining)*p.reset.Seconds() {
-			remaining, reset, ok = int64(n), p.reset, true
+		if !ok || n*reset.Seconds() < float64(remaining)*l.Reset.Seconds() {
+			remaining, reset, ok = int64(n), l.Reset, true
 		}
 	}
 	return remaining, reset, ok
-}
-
-// policy is one rate-limit policy a response states: the calls it has
-// left and the time until its reset.
-type policy struct {
-	remaining float64
-	reset     time.Duration
-}
-
-// rateLimitPolicies returns every policy the headers state with both a
-// remaining count and a reset.
-func rateLimitPolicies(h http.Header, now time.Time) []policy {
-	var out []policy
-	if n, ok := number(h.Get("X-RateLimit-Remaining")); ok {
-		if d, ok := resetIn(h.Get("X-RateLimit-Reset"), now); ok {
-			out = append(out, policy{n, d})
-		}
-	}
-	if n, ok := number(h.Get("RateLimit-Remaining")); ok {
-		if d, ok := number(h.Get("RateLimit-Reset")); ok {
-			out = append(out, policy{n, seconds(d)})
-		}
-	}
-	for _, line := range h.Values("RateLimit") {
-		out = append(out, rateLimitField(line)...)
-	}
-	return out
 }
 
 func number(v string) (float64, bool) {
@@ -153,43 +120,4 @@ func resetIn(v string, now time.Time) (time.Duration, bool) {
 		return max(0, time.Unix(int64(f), 0).Sub(now)), true
 	}
 	return seconds(f), true
-}
-
-// rateLimitField reads one RateLimit header line in either form and returns
-// its policies that state both a remaining count and a reset (>= 0).
-func rateLimitField(line string) []policy {
-	var out []policy
-	// List form: the keys are spread over the comma-separated elements.
-	var listRemaining, listReset string
-	for _, elem := range strings.Split(line, ",") {
-		params := strings.Split(elem, ";")
-		var r, t string
-		for _, p := range params {
-			k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
-			if !ok {
-				continue
-			}
-			switch strings.ToLower(strings.TrimSpace(k)) {
-			case "r":
-				r = v
-			case "t":
-				t = v
-			case "remaining":
-				listRemaining = v
-			case "reset":
-				listReset = v
-			}
-		}
-		if n, ok := number(r); ok { // structured form: one policy per element
-			if d, ok := number(t); ok && d >= 0 {
-				out = append(out, policy{n, seconds(d)})
-			}
-		}
-	}
-	if n, ok := number(listRemaining); ok {
-		if d, ok := number(listReset); ok && d >= 0 {
-			out = append(out, policy{n, seconds(d)})
-		}
-	}
-	return out
 }

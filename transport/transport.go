@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -180,7 +181,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Request = req
 	}
 	if t.feedback {
-		t.learn(ctx, key, resp)
+		var departed time.Time
+		if res != nil {
+			departed = res.Time()
+		}
+		t.learn(ctx, key, resp, departed)
 	}
 	if holds && res != nil && *res != (shaper.Reservation{}) && resp.Body != nil && resp.Body != http.NoBody {
 		resp.Body = releasing(resp.Body, res, ctx)
@@ -313,30 +318,84 @@ func Settle(ctx context.Context, resp *http.Response, actual int64) error {
 	return tk.r.Settle(ctx, actual)
 }
 
-// learn pauses the key when the partner says so.
-func (t *Transport) learn(ctx context.Context, key string, resp *http.Response) {
-	now := time.Now()
-	var pause time.Duration
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), now); ok {
-			pause = d
-		}
+// learn gives the partner's feedback on resp to the Reserver (see
+// Feedback): a learning shaper tunes the key's rate by it, any shaper
+// pauses and clamps the key as the partner asks. departed is the
+// request's slot (zero: unknown).
+func (t *Transport) learn(ctx context.Context, key string, resp *http.Response, departed time.Time) {
+	fb := Feedback(resp, time.Now())
+	fb.Departed = departed
+	fb.Pause = min(fb.Pause, t.maxPause, shaper.MaxPause)
+	// The caller's ctx may end with this response; what it taught must not.
+	ctx = context.WithoutCancel(ctx)
+	if l, ok := t.r.(shaper.Learner); ok {
+		_ = l.Learn(ctx, key, fb)
+		return
 	}
-	if d, ok := RateLimitPause(resp.Header, now); ok {
-		pause = max(pause, d)
-	}
-	if pause = min(pause, t.maxPause, shaper.MaxPause); pause > 0 {
-		// The caller's ctx may end with this response; the pause must not.
-		_ = t.r.Pause(context.WithoutCancel(ctx), key, pause)
+	if fb.Pause > 0 {
+		_ = t.r.Pause(ctx, key, fb.Pause)
 		return
 	}
 	// Calls left, but fewer than the contract would send before the reset:
 	// the fleet spreads them over it (see shaper.Shaper.Clamp).
-	if n, reset, ok := RateLimitRemaining(resp.Header, now); ok {
+	if fb.HasRemaining {
 		if c, ok := t.r.(shaper.Clamper); ok {
-			_ = c.Clamp(context.WithoutCancel(ctx), key, n, min(reset, t.maxPause, shaper.MaxPause))
+			_ = c.Clamp(ctx, key, fb.Remaining, min(fb.Reset, t.maxPause, shaper.MaxPause))
 		}
 	}
+}
+
+// Feedback reads what resp tells of its key's limits, at now (see
+// shaper.Feedback; Departed is left zero):
+//
+//   - Refused: a 429, or a 503 with Retry-After (retry-after-ms too).
+//   - Pause: that Retry-After; or, for any dimension (requests, tokens)
+//     the headers say has nothing left, the time until its reset; the
+//     longest of them.
+//   - Remaining and Reset: the request limit with the fewest requests
+//     left per second of its reset, when some are left.
+//   - Policy: the slowest request quota per window the partner states
+//     (RateLimit-Policy, and the quota and window of the dialects that
+//     state both, see Limit.Rate).
+//
+// Every dialect ParseLimits reads counts; malformed fields are ignored.
+func Feedback(resp *http.Response, now time.Time) shaper.Feedback {
+	var fb shaper.Feedback
+	if resp == nil {
+		return fb
+	}
+	limited := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable
+	if limited {
+		if d, ok := RetryAfter(resp.Header, now); ok {
+			fb.Pause = d
+			fb.Refused = true
+		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			fb.Refused = true
+		}
+	}
+	policy := math.Inf(1)
+	for _, l := range ParseLimits(resp.Header, now) {
+		if l.HasRemaining && l.Remaining < 1 && l.HasReset {
+			fb.Pause = max(fb.Pause, l.Reset)
+			continue
+		}
+		if l.Dimension != Requests {
+			continue
+		}
+		if l.HasRemaining && l.HasReset && l.Reset > 0 {
+			n := math.Floor(min(l.Remaining, math.MaxInt64/2))
+			// Tighter: fewer calls per unit of time.
+			if !fb.HasRemaining || n*fb.Reset.Seconds() < float64(fb.Remaining)*l.Reset.Seconds() {
+				fb.Remaining, fb.Reset, fb.HasRemaining = int64(n), l.Reset, true
+			}
+		}
+		if r, ok := l.Rate(); ok && r < policy && l.Quota >= 1 && l.Quota < math.MaxInt64/2 {
+			policy = r
+			fb.Policy = shaper.Rate{Count: int64(l.Quota), Period: l.Window}
+		}
+	}
+	return fb
 }
 
 // CloseIdleConnections closes the base transport's idle connections, if it

@@ -294,6 +294,17 @@ func (c *clamps) Clamp(ctx context.Context, key string, remaining int64, reset t
 	return c.Shaper.Clamp(ctx, key, remaining, reset)
 }
 
+// Learn records the clamp the feedback asks for (the shaper applies it,
+// see shaper.Shaper.Learn).
+func (c *clamps) Learn(ctx context.Context, key string, fb shaper.Feedback) error {
+	if fb.HasRemaining && fb.Pause == 0 {
+		c.mu.Lock()
+		c.calls = append(c.calls, fmt.Sprintf("%s %d %v", key, fb.Remaining, fb.Reset))
+		c.mu.Unlock()
+	}
+	return c.Shaper.Learn(ctx, key, fb)
+}
+
 // Rate-limit headers with calls left clamp the key with what they say
 // (the shaper decides whether that is slower than its contract); nothing
 // left pauses it instead; WithFeedback(false) does neither.

@@ -45,6 +45,8 @@ var (
 	Status = redis.NewScript(lua.Lib + lua.Status)
 	// Pause holds keys until now + d.
 	Pause = redis.NewScript(lua.Lib + lua.Pause)
+	// Learn keeps a partner key's learned record (see lua.Learn).
+	Learn = redis.NewScript(lua.Lib + lua.Learn)
 	// Clamp paces keys evenly until a partner's reset (now, interval and
 	// span in ms).
 	Clamp = redis.NewScript(lua.Lib + lua.Clamp)

@@ -68,6 +68,8 @@ type Backend interface {
 	Permits
 	// FairTurns: the turns of the flows waiting on a key.
 	FairTurns
+	// Learning: what the shapers learned of each partner key.
+	Learning
 }
 
 // OneKey is the capability of a store that decides one dimension on one

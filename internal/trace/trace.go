@@ -27,6 +27,11 @@ type Hooks struct {
 	// PermitReleased is called when that permit is released, with the ctx
 	// of the call that took it (no longer cancelled with it).
 	PermitReleased func(ctx context.Context)
+	// Learned is called when a learning shaper's feedback call leaves a
+	// key's learned rate (requests per second) changed, with the event that
+	// changed it ("refused", "advertised", "remaining", "paused",
+	// "started").
+	Learned func(ctx context.Context, key string, rate float64, event string)
 }
 
 type key struct{}

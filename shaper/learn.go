@@ -1,0 +1,548 @@
+package shaper
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/algorithms"
+	"github.com/throttlekit/throttlekit-go/internal/learn"
+	"github.com/throttlekit/throttlekit-go/internal/store"
+	"github.com/throttlekit/throttlekit-go/internal/trace"
+)
+
+// Learning makes a shaper learn each key's rate from its partner's
+// feedback (WithLearning, docs/LEARNING.md). The shaper's own contract
+// is the ceiling: a learned rate never exceeds it.
+type Learning struct {
+	// Floor is the least rate learning tunes a key to (default
+	// DefaultLearningFloor, or the contract when that is slower).
+	Floor Rate
+	// Start is a key's rate before its partner has said anything
+	// (default: Floor). It doubles every second until the partner
+	// refuses a request or states its policy.
+	Start Rate
+	// Memory is how long the store keeps a key's learned record after
+	// its last change (default DefaultLearningMemory): a fleet restarted
+	// within it resumes at the rate it had learned.
+	Memory time.Duration
+}
+
+// DefaultLearningFloor is Learning.Floor's default: one request a second.
+var DefaultLearningFloor = PerSecond(1)
+
+// DefaultLearningMemory is Learning.Memory's default.
+const DefaultLearningMemory = 24 * time.Hour
+
+// WithLearning makes the shaper learn each key's rate from its partner's
+// feedback (Shaper.Learn, which package transport calls for every
+// response): the rate the partner states (RateLimit-Policy) is adopted at
+// once; a partner that states nothing is probed, the rate tuned by its
+// 429s and 503s between l.Floor and the shaper's own contract, which it
+// never exceeds. The learned rate is kept in the store, per key, for
+// every shaper under the same prefix: a fleet on Redis learns one rate
+// and paces by it together.
+func WithLearning(l Learning) Option {
+	return func(c *config) {
+		for _, r := range []struct {
+			name string
+			rate Rate
+		}{{"Learning.Floor", l.Floor}, {"Learning.Start", l.Start}} {
+			if r.rate != (Rate{}) && (r.rate.Count <= 0 || r.rate.Period <= 0) {
+				c.err = &ConfigError{Algorithm: "shaper", Field: r.name, Value: r.rate, Reason: "needs a Count and a Period > 0 (or the zero Rate for the default)"}
+				return
+			}
+		}
+		if l.Memory < 0 {
+			c.err = &ConfigError{Algorithm: "shaper", Field: "Learning.Memory", Value: l.Memory, Reason: "must be >= 0"}
+			return
+		}
+		c.learning = &l
+	}
+}
+
+// Feedback is what a partner's response says of a key; package transport
+// reads it from every response (see Shaper.Learn).
+type Feedback struct {
+	// Departed is when the request departed (zero: now). A refusal of a
+	// request that departed before the learned rate last changed says
+	// nothing of the rate in force, and changes nothing.
+	Departed time.Time
+	// Refused says the partner refused the request for its rate: a 429,
+	// or a 503.
+	Refused bool
+	// Pause is how long the partner asks everyone to wait (Retry-After,
+	// or headers saying nothing remains before their reset).
+	Pause time.Duration
+	// Policy is the quota per window the partner states (IETF
+	// RateLimit-Policy); the zero Rate when it states none.
+	Policy Rate
+	// Remaining and Reset are the partner's count of requests left until
+	// its reset, when HasRemaining.
+	Remaining    int64
+	Reset        time.Duration
+	HasRemaining bool
+}
+
+// Learner is the capability of a Reserver that takes its partner's
+// feedback: *Shaper, and Route and otelshaper.Wrap over one.
+type Learner interface {
+	Learn(ctx context.Context, key string, fb Feedback) error
+}
+
+var _ Learner = (*Shaper)(nil)
+
+// Learned is what a shaper WithLearning learned of a key (Status.Learned).
+type Learned struct {
+	// Rate is the rate in force, in requests per second.
+	Rate float64
+	// Found is the rate the partner was last found to accept (0: not yet
+	// known: the rate doubles every second until a refusal).
+	Found float64
+	// Policy is the rate the partner states, while its statement holds
+	// (0: none).
+	Policy float64
+	// Event is what last changed the rate: "started", "refused",
+	// "advertised", "remaining" or "paused".
+	Event string
+	// Changed is when it changed, on the shaper's clock.
+	Changed time.Time
+}
+
+// The learning's cadence: how often a process reads its fleet's record
+// and renews the clamp the rate makes, and how long that clamp lasts.
+const (
+	learnEvery     = 250 * time.Millisecond
+	learnClampSpan = 10 * time.Second
+	learnRetry     = time.Second // after a failed store call
+)
+
+// learner is a learning shaper's state: per key, what this process holds
+// of the fleet's record.
+type learner struct {
+	cfg   Learning
+	ttl   float64 // ms
+	keys  sync.Map
+	count atomic.Int64 // entries made since the last sweep
+}
+
+// learnedKey is one key's: the record last read or written, the next
+// instant to read it again, and this process's last responses.
+type learnedKey struct {
+	next atomic.Int64 // unix ns: the next sync
+	used atomic.Int64 // unix ns: the last reservation
+	mu   sync.Mutex
+	st   learn.State
+	// The gate: the requests of this process holding a slot not yet
+	// come (out), and those waiting to take one, first come first served.
+	gmu   sync.Mutex
+	out   int
+	queue []chan struct{}
+	outs  [learnWindow]answer // a ring of the last responses, by arrival
+	n     int                 // responses recorded
+}
+
+// answer is one response: its request's departure (ms) and whether the
+// partner accepted it.
+type answer struct {
+	dep float64
+	ok  bool
+}
+
+// learnWindow is how many responses a key remembers to measure the share
+// the partner accepted (those of the last second, see learn.Refuse).
+const learnWindow = 256
+
+// record adds a response.
+func (lk *learnedKey) record(dep float64, ok bool) {
+	lk.outs[lk.n%learnWindow] = answer{dep, ok}
+	lk.n++
+}
+
+// share counts the responses to the requests that departed in the second
+// up to dep, and after the record's last change.
+func (lk *learnedKey) share(dep float64) (accepted, answered int) {
+	from := max(dep-1000, lk.st.T0)
+	for i := range min(lk.n, learnWindow) {
+		a := lk.outs[i]
+		if a.dep > from && a.dep <= dep {
+			answered++
+			if a.ok {
+				accepted++
+			}
+		}
+	}
+	return accepted, answered
+}
+
+func newLearner(l *Learning) *learner {
+	cfg := *l
+	if cfg.Floor == (Rate{}) {
+		cfg.Floor = DefaultLearningFloor
+	}
+	if cfg.Start == (Rate{}) {
+		cfg.Start = cfg.Floor
+	}
+	if cfg.Memory == 0 {
+		cfg.Memory = DefaultLearningMemory
+	}
+	return &learner{cfg: cfg, ttl: algorithms.DurationMillis(cfg.Memory)}
+}
+
+// perSecond is r's rate per second.
+func perSecond(r Rate) float64 { return float64(r.Count) / r.Period.Seconds() }
+
+// params are the learning's bounds under contract c: its ceiling is the
+// slowest of c's dimensions, in requests of cost 1.
+func (l *learner) params(c *contract) learn.Params {
+	ceil := math.Inf(1)
+	for _, d := range c.dims {
+		ceil = min(ceil, perSecond(d.rate))
+	}
+	if math.IsInf(ceil, 1) {
+		ceil = math.MaxFloat64
+	}
+	floor := min(perSecond(l.cfg.Floor), ceil)
+	return learn.Params{Floor: floor, Ceiling: ceil, Start: min(max(perSecond(l.cfg.Start), floor), ceil)}
+}
+
+// sweepEvery is how many new entries pass between sweeps of the entries
+// unused for learnIdle (their record stays in the store).
+const (
+	sweepEvery = 1024
+	learnIdle  = time.Minute
+)
+
+func (l *learner) key(key string, now time.Time) *learnedKey {
+	if v, ok := l.keys.Load(key); ok {
+		lk := v.(*learnedKey)
+		lk.used.Store(now.UnixNano())
+		return lk
+	}
+	lk := &learnedKey{}
+	lk.used.Store(now.UnixNano())
+	v, loaded := l.keys.LoadOrStore(key, lk)
+	if !loaded && l.count.Add(1)%sweepEvery == 0 {
+		idle := now.Add(-learnIdle).UnixNano()
+		l.keys.Range(func(k, v any) bool {
+			if o := v.(*learnedKey); o != lk && o.used.Load() < idle {
+				l.keys.CompareAndDelete(k, v)
+			}
+			return true
+		})
+	}
+	return v.(*learnedKey)
+}
+
+// learnSync keeps key's clamp at the learned rate before a reservation:
+// every learnEvery it reads the fleet's record and renews the clamp (one
+// store call); between, it costs a map lookup.
+func (s *Shaper) learnSync(ctx context.Context, c *contract, key string, now time.Time) {
+	lk := s.learner.key(key, now)
+	if now.UnixNano() < lk.next.Load() {
+		return
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if now.UnixNano() < lk.next.Load() {
+		return
+	}
+	_, _ = s.learnUpdate(ctx, c, key, lk, now, nil)
+}
+
+// learnUpdate applies f (nil: nothing) to key's record at now and writes
+// it back with the clamp its rate makes, when the record is still the one
+// this process read; otherwise it adopts the fleet's record and applies f
+// again. It reports whether f changed the record. lk.mu is held.
+func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *learnedKey, now time.Time, f func(*learn.State) bool) (bool, error) {
+	ks, err := s.keysOf(c, key)
+	if err != nil {
+		return false, err
+	}
+	p := s.learner.params(c)
+	ms := algorithms.Millis(now)
+	l := &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}
+	var last error
+	for range 4 {
+		st, fresh := lk.st, false
+		if st.Event == learn.None {
+			st, fresh = learn.Start(lk.st.Ver, ms, p), true
+		}
+		changed := f != nil && f(&st)
+		rec := ""
+		if changed || fresh {
+			rec = st.String()
+		}
+		if rec == "" && now.UnixNano() < lk.next.Load() {
+			return false, nil // nothing to write, and the clamp is fresh
+		}
+		rate := st.Rate(ms, p)
+		cl := &store.LearnClamp{Now: ms, Interval: 1000 / rate, Span: algorithms.DurationMillis(learnClampSpan)}
+		cur, err := s.store.Learn(context.WithoutCancel(ctx), l, ms, lk.st.Ver, rec, s.learner.ttl, cl)
+		if err != nil {
+			lk.next.Store(now.Add(learnRetry).UnixNano())
+			return false, err
+		}
+		if (rec == "" && learn.Version(cur) == st.Ver) || (rec != "" && cur == rec) {
+			s.adoptLearned(lk, st, ms, p)
+			lk.next.Store(now.Add(learnEvery).UnixNano())
+			return changed, nil
+		}
+		// Another process changed the record: adopt it and try again.
+		got, perr := learn.Parse(cur)
+		if perr != nil {
+			got = learn.State{Ver: learn.Version(cur)} // a corrupt record is replaced
+			last = fmt.Errorf("%w: key %q: %v", ErrInvalidState, key, perr)
+		}
+		s.adoptLearned(lk, got, ms, p)
+	}
+	lk.next.Store(now.Add(learnEvery).UnixNano())
+	if last == nil {
+		last = fmt.Errorf("%w: key %q: the learned record kept changing under this process", ErrInvalidState, key)
+	}
+	return false, last
+}
+
+// adoptLearned makes st the record lk holds at ms.
+func (s *Shaper) adoptLearned(lk *learnedKey, st learn.State, ms float64, p learn.Params) {
+	lk.st = st
+}
+
+// Learn takes a partner's feedback on key (see Feedback; package transport
+// calls it for every response). On a shaper WithLearning it updates the
+// key's learned rate, fleet-wide: a stated policy is adopted, a refusal
+// lowers the rate to what the partner was found to accept, a pause
+// holds the key and the rate resumes from where it was, paced, not in a
+// burst. Any shaper pauses the key for fb.Pause (see Pause; a burst
+// contract resumes paced at its rate for as long as the pause lasted, at
+// least a second) and clamps it to the remaining count (see Clamp).
+// Feedback only ever slows a key below the shaper's contract.
+func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
+	if s == nil {
+		return errNilShaper
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if fb.Pause < 0 || fb.Reset < 0 || fb.Remaining < 0 {
+		return &ConfigError{Algorithm: "shaper", Field: "Feedback", Value: fb, Reason: "Pause, Reset and Remaining must be >= 0"}
+	}
+	if fb.Policy != (Rate{}) && (fb.Policy.Count <= 0 || fb.Policy.Period <= 0) {
+		return &ConfigError{Algorithm: "shaper", Field: "Feedback.Policy", Value: fb.Policy, Reason: "needs a Count and a Period > 0 (or the zero Rate for none)"}
+	}
+	pause := min(fb.Pause, MaxPause)
+	if s.learner == nil || s.rateless {
+		return s.plainFeedback(ctx, key, fb, pause)
+	}
+	now := s.cfg.clock.Now()
+	ms := algorithms.Millis(now)
+	dep := ms
+	if !fb.Departed.IsZero() {
+		dep = algorithms.Millis(fb.Departed)
+	}
+	c := s.live()
+	p := s.learner.params(c)
+	lk := s.learner.key(key, now)
+	lk.mu.Lock()
+	lk.record(dep, !fb.Refused)
+	before := lk.st
+	_, err := s.learnUpdate(ctx, c, key, lk, now, func(st *learn.State) bool {
+		changed := false
+		if fb.Policy != (Rate{}) {
+			life := max(2*fb.Policy.Period, time.Minute)
+			changed = st.Advertise(ms, perSecond(fb.Policy), ms+algorithms.DurationMillis(life), p) || changed
+		}
+		if fb.HasRemaining && fb.Reset > 0 {
+			changed = st.Capped(ms, float64(fb.Remaining), algorithms.DurationMillis(min(fb.Reset, MaxPause)), p) || changed
+		}
+		if fb.Refused {
+			accepted, answered := lk.share(dep)
+			changed = st.Refuse(ms, dep, accepted, answered, p) || changed
+		}
+		if pause > 0 {
+			changed = st.Pause(ms, algorithms.DurationMillis(pause), p) || changed
+		}
+		return changed
+	})
+	after := lk.st
+	lk.mu.Unlock()
+	if h := trace.From(ctx); h != nil && h.Learned != nil && after.Ver != before.Ver {
+		h.Learned(ctx, key, after.Rate(ms, p), after.Event.String())
+	}
+	if pause > 0 {
+		return s.Pause(context.WithoutCancel(ctx), key, pause)
+	}
+	return err
+}
+
+// plainFeedback is Learn on a shaper that does not learn: a pause, then
+// the remaining count as a clamp.
+func (s *Shaper) plainFeedback(ctx context.Context, key string, fb Feedback, pause time.Duration) error {
+	ctx = context.WithoutCancel(ctx)
+	if pause > 0 {
+		if err := s.Pause(ctx, key, pause); err != nil {
+			return err
+		}
+		return s.resumePaced(ctx, key, pause)
+	}
+	if fb.HasRemaining && !s.rateless {
+		return s.Clamp(ctx, key, fb.Remaining, min(fb.Reset, MaxPause))
+	}
+	return nil
+}
+
+// resumePaced keeps a burst contract from releasing its burst when a
+// partner's pause of d ends: for as long as the pause (at least a
+// second) after it, departures are spaced at the contract's interval.
+func (s *Shaper) resumePaced(ctx context.Context, key string, d time.Duration) error {
+	if s.rateless {
+		return nil
+	}
+	c := s.live()
+	bursty := false
+	for _, dm := range c.dims {
+		bursty = bursty || dm.rate.burst() > 1
+	}
+	if !bursty {
+		return nil // strict pacing already: nothing departs in a burst
+	}
+	span := d + max(d, time.Second)
+	if span > MaxPause {
+		return nil
+	}
+	rate := s.learnerOrContract(c)
+	n := int64(math.Floor(rate * span.Seconds()))
+	if n < 1 {
+		return nil
+	}
+	return s.Clamp(ctx, key, n, span)
+}
+
+// learnerOrContract is the rate, per second, of requests of cost 1 the
+// contract c allows (its slowest dimension).
+func (s *Shaper) learnerOrContract(c *contract) float64 {
+	r := math.Inf(1)
+	for _, d := range c.dims {
+		r = min(r, perSecond(d.rate))
+	}
+	return r
+}
+
+// learned returns what the shaper learned of key, for Status: the
+// record this process holds, read again from the store (one read that
+// writes nothing).
+func (s *Shaper) learned(ctx context.Context, c *contract, key string) (*Learned, error) {
+	if s.learner == nil {
+		return nil, nil
+	}
+	now := s.cfg.clock.Now()
+	ms := algorithms.Millis(now)
+	ks, err := s.keysOf(c, key)
+	if err != nil {
+		return nil, err
+	}
+	lk := s.learner.key(key, now)
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	cur, err := s.store.Learn(ctx, &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, ms, math.MaxUint64, "", 0, nil)
+	if err != nil {
+		return nil, err
+	}
+	p := s.learner.params(c)
+	if st, err := learn.Parse(cur); err == nil {
+		s.adoptLearned(lk, st, ms, p)
+	}
+	st := lk.st
+	out := &Learned{Rate: st.Rate(ms, p), Found: st.Max, Event: st.Event.String()}
+	if st.Event == learn.None {
+		out.Event = "none"
+		return out, nil
+	}
+	if st.Policy > 0 && ms < st.PolicyEnd {
+		out.Policy = st.Policy
+	}
+	out.Changed = algorithms.Time(st.T0)
+	return out, nil
+}
+
+// String describes l for logs.
+func (l *Learned) String() string {
+	if l == nil {
+		return "not learning"
+	}
+	return fmt.Sprintf("%.4g/s (%s at %s)", l.Rate, l.Event, l.Changed.Format(time.RFC3339Nano))
+}
+
+// gateSpan is how far ahead a learning key's requests take their slots,
+// in each process: a rate learned lower applies within it.
+const gateSpan = 200 * time.Millisecond
+
+// gate waits until key has fewer than gateSpan's worth of slots taken and
+// not yet come in this process (at least 2), and returns the call that
+// lets the next request in. A wait the learned rate says would pass
+// MaxQueue or ctx's deadline is refused at once, as a reservation's
+// would be.
+func (l *learner) gate(ctx context.Context, s *Shaper, key string) (func(), error) {
+	now := s.cfg.clock.Now()
+	lk := l.key(key, now)
+	ms := algorithms.Millis(now)
+	c := s.live()
+	lk.mu.Lock()
+	rate := lk.st.Rate(ms, l.params(c))
+	lk.mu.Unlock()
+	limit := max(2, int(math.Ceil(rate*gateSpan.Seconds())))
+	lk.gmu.Lock()
+	if lk.out < limit && len(lk.queue) == 0 {
+		lk.out++
+		lk.gmu.Unlock()
+		return lk.leave, nil
+	}
+	// The requests ahead leave at the learned rate at best.
+	ahead := time.Duration(float64(lk.out+len(lk.queue)) / rate * float64(time.Second))
+	if ahead > c.maxQueue {
+		lk.gmu.Unlock()
+		return nil, s.queueFull(c, key, ahead-c.maxQueue, "")
+	}
+	if dl, ok := ctx.Deadline(); ok && ahead > dl.Sub(now) {
+		lk.gmu.Unlock()
+		return nil, &DeadlineError{Key: key, Delay: ahead, Deadline: dl}
+	}
+	ch := make(chan struct{})
+	lk.queue = append(lk.queue, ch)
+	lk.gmu.Unlock()
+	select {
+	case <-ch: // leave handed its place over: out counts us already
+		return lk.leave, nil
+	case <-ctx.Done():
+		lk.gmu.Lock()
+		defer lk.gmu.Unlock()
+		if i := slices.Index(lk.queue, ch); i >= 0 {
+			lk.queue = slices.Delete(lk.queue, i, i+1)
+			return nil, ctx.Err()
+		}
+		// Handed a place as ctx ended: pass it on.
+		lk.leaveLocked()
+		return nil, ctx.Err()
+	}
+}
+
+// leave lets the next request of the gate in.
+func (lk *learnedKey) leave() {
+	lk.gmu.Lock()
+	lk.leaveLocked()
+	lk.gmu.Unlock()
+}
+
+func (lk *learnedKey) leaveLocked() {
+	if len(lk.queue) > 0 {
+		ch := lk.queue[0]
+		lk.queue = lk.queue[1:]
+		close(ch) // out stays: the place passes to it
+		return
+	}
+	lk.out--
+}
