@@ -2,8 +2,8 @@
 -- clamp: a partner's count of the calls left on these keys until its reset:
 -- until now + span, nothing departs on a key less than interval after the
 -- previous departure reserved under the clamp (lib.lua's parse_clamp). A
--- clamp replaces the one before it, keeping its next slot if that falls
--- within its window.
+-- clamp replaces the one before it, whose next slot, if it falls within
+-- its window, moves to the new interval after the departure before it.
 -- KEYS: the state keys (a clamp lives in K:k). ARGV[1]: now in ms ('' for
 --   TIME); ARGV[2]: the interval in ms; ARGV[3]: the span in ms.
 -- Reply: the clamp's end (ms) as a string.

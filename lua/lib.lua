@@ -632,7 +632,8 @@ end
 -- set_clamp is clamp.lua's work on the state keys KEYS[from..]: until now +
 -- span, nothing departs on a key less than interval after the previous
 -- departure reserved under the clamp; a clamp replaces the one before it,
--- keeping its next slot if that falls within its window. It returns the
+-- whose next slot, if it falls within its window, moves to the new
+-- interval after the departure before it. It returns the
 -- clamp's end as a string, or the error reply of a key it cannot use
 -- (having written nothing).
 local function set_clamp(from, now, interval, span)
@@ -645,7 +646,9 @@ local function set_clamp(from, now, interval, span)
     if cur then
       local c = parse_clamp(cur)
       if not c then return refuse(i - from + 1, 'clamp key holds a corrupt value') end
-      if now < c[3] and c[1] > now and c[1] < c[3] then nexts[i] = c[1] end -- its next slot, within its window
+      if now < c[3] and c[1] > now and c[1] < c[3] then -- its next slot, within its window, moved to the new interval
+        nexts[i] = math.max(now, c[1] - c[2] + interval)
+      end
     end
   end
   local ttl = math.ceil(endv - now)

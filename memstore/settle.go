@@ -169,14 +169,15 @@ func (m *mem) Reset(_ context.Context, ks store.KeySet) error {
 	return nil
 }
 
-// Clamp sets a partner's clamp on every key (see Shaper.Clamp): it keeps
-// the next slot of a clamp still in force, if that falls within its window.
+// Clamp sets a partner's clamp on every key (see Shaper.Clamp): the next
+// slot of a clamp still in force, if it falls within its window, moves to
+// the new interval after the departure before it.
 func (m *mem) Clamp(_ context.Context, ks store.KeySet, now, interval, span float64) error {
 	keys := ks.Keys
 	m.each(ks, func(_ *memShard, sp *memSpace, _ *store.Dim, i int) {
 		next := now
-		if c, ok := sp.clamps[keys[i]]; ok && now < c.end && c.next > now && c.next < c.end { // its next slot, within its window
-			next = c.next
+		if c, ok := sp.clamps[keys[i]]; ok && now < c.end && c.next > now && c.next < c.end { // its next slot, within its window, moved to the new interval
+			next = max(now, c.next-c.interval+interval)
 		}
 		if sp.clamps == nil {
 			sp.clamps = map[string]clampState{}

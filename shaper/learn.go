@@ -482,7 +482,7 @@ func (l *Learned) String() string {
 const gateSpan = 200 * time.Millisecond
 
 // gate waits until key has fewer than gateSpan's worth of slots taken and
-// not yet come in this process (at least 2), and returns the call that
+// not yet come in this process (at least 1), and returns the call that
 // lets the next request in. A wait the learned rate says would pass
 // MaxQueue or ctx's deadline is refused at once, as a reservation's
 // would be.
@@ -494,7 +494,7 @@ func (l *learner) gate(ctx context.Context, s *Shaper, key string) (func(), erro
 	lk.mu.Lock()
 	rate := lk.st.Rate(ms, l.params(c))
 	lk.mu.Unlock()
-	limit := max(2, int(math.Ceil(rate*gateSpan.Seconds())))
+	limit := max(1, int(math.Ceil(rate*gateSpan.Seconds())))
 	lk.gmu.Lock()
 	if lk.out < limit && len(lk.queue) == 0 {
 		lk.out++

@@ -2,7 +2,12 @@ package shaper
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -128,5 +133,212 @@ func TestLearningTracksAHiddenLimit(t *testing.T) {
 				t.Errorf("phase %d: %.2f %% refused (want < 1 %%), %.1f %% delivered (want >= 90 %%)", ph, 100*share, 100*through)
 			}
 		}
+	})
+}
+
+// busiest returns the most departures in any window of w.
+func busiest(deps []time.Time, w time.Duration) int {
+	slices.SortFunc(deps, func(a, b time.Time) int { return a.Compare(b) })
+	most, j := 0, 0
+	for i := range deps {
+		for deps[i].Sub(deps[j]) >= w {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	return most
+}
+
+// When a partner's pause ends the key resumes paced at its rate, not with
+// its burst, on a plain shaper and on a learning one: with 40 requests
+// held by a 5 s pause, the busiest second after it holds no more than the
+// contract's rate (10), where the burst alone would send 10 at once.
+func TestAPartnersPauseEndsWithoutABurst(t *testing.T) {
+	for _, learning := range []bool{false, true} {
+		t.Run(fmt.Sprint("learning=", learning), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := memstore.New()
+				defer st.Close()
+				opts := []Option{WithMaxQueue(time.Minute)}
+				if learning {
+					opts = append(opts, WithLearning(Learning{Start: PerSecond(10)}))
+				}
+				s, err := New(st, PerSecond(10).WithBurst(10), opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				// The partner pauses everyone for 5 s at once.
+				if err := s.Learn(ctx, "p", Feedback{Refused: true, Pause: 5 * time.Second}); err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				var mu sync.Mutex
+				var deps []time.Time
+				var wg sync.WaitGroup
+				for range 40 {
+					wg.Go(func() {
+						if err := s.Wait(ctx, "p", 1); err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						deps = append(deps, time.Now())
+						mu.Unlock()
+					})
+				}
+				wg.Wait()
+				for _, d := range deps {
+					if d.Sub(start) < 5*time.Second {
+						t.Fatalf("a request departed %v into the 5 s pause", d.Sub(start))
+					}
+				}
+				if got := busiest(deps, time.Second); got > 10 {
+					t.Fatalf("the busiest second after the pause sent %d, the contract allows 10 a second", got)
+				}
+			})
+		})
+	}
+}
+
+// A partner that states its policy is followed from its first response:
+// a shaper whose only contract is a ceiling of 1000/s, and 32 callers,
+// never exceed the 20/s it states after that (no request it would refuse).
+func TestAStatedPolicyIsFollowedFromTheFirstResponse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New()
+		defer st.Close()
+		s, err := New(st, PerSecond(1000), WithLearning(Learning{}), WithMaxQueue(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		partner := &hiddenPartner{rate: 20, burst: 1}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var mu sync.Mutex
+		var first time.Time // when the first response came back
+		refusedAfter, sent := 0, 0
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					if err := s.Wait(ctx, "p", 1); err != nil {
+						return
+					}
+					dep := time.Now()
+					ok := partner.admit(dep)
+					time.Sleep(30 * time.Millisecond)
+					mu.Lock()
+					sent++
+					if first.IsZero() {
+						first = time.Now()
+					} else if !ok && dep.After(first) {
+						refusedAfter++
+					}
+					mu.Unlock()
+					_ = s.Learn(context.Background(), "p", Feedback{Departed: dep, Refused: !ok, Policy: PerSecond(20)})
+				}
+			})
+		}
+		wg.Wait()
+		if refusedAfter != 0 {
+			t.Fatalf("%d requests sent after the first response were refused", refusedAfter)
+		}
+		if sent < 170 {
+			t.Fatalf("%d requests in 10 s at a stated 20/s: the policy was not adopted", sent)
+		}
+		stat, err := s.Status(context.Background(), "p", 1)
+		if err != nil || stat.Learned == nil || stat.Learned.Policy != 20 || stat.Learned.Rate != 20 || stat.Learned.Event != "advertised" {
+			t.Fatalf("Status: %+v %v, want the policy of 20/s adopted", stat.Learned, err)
+		}
+	})
+}
+
+// Bad feedback is refused at the boundary with a typed error and changes
+// nothing.
+func TestLearnRefusesBadFeedback(t *testing.T) {
+	st := memstore.New()
+	defer st.Close()
+	s, err := New(st, PerSecond(10), WithLearning(Learning{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		key string
+		fb  Feedback
+		is  error
+	}{
+		{"p", Feedback{Pause: -time.Second}, ErrInvalidConfig},
+		{"p", Feedback{HasRemaining: true, Remaining: -1, Reset: time.Second}, ErrInvalidConfig},
+		{"p", Feedback{Policy: Rate{Count: -5, Period: time.Second}}, ErrInvalidConfig},
+		{"p", Feedback{Policy: Rate{Count: 5}}, ErrInvalidConfig},
+		{strings.Repeat("k", MaxKeyLen+1), Feedback{Refused: true}, ErrInvalidKey},
+	} {
+		if err := s.Learn(ctx, c.key, c.fb); !errors.Is(err, c.is) {
+			t.Errorf("Learn(%q, %+v) = %v, want %v", c.key, c.fb, err, c.is)
+		}
+	}
+	stat, err := s.Status(ctx, "p", 1)
+	if err != nil || stat.Learned.Event != "none" {
+		t.Fatalf("after bad feedback Status.Learned = %+v, %v; want nothing learned", stat.Learned, err)
+	}
+	for _, o := range []Option{
+		WithLearning(Learning{Floor: Rate{Count: -1, Period: time.Second}}),
+		WithLearning(Learning{Start: Rate{Count: 1}}),
+		WithLearning(Learning{Memory: -time.Second}),
+	} {
+		if _, err := New(st, PerSecond(10), o); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("New with a bad Learning: %v, want ErrInvalidConfig", err)
+		}
+	}
+}
+
+// A learning key's requests wait for a slot at most gateSpan ahead; a
+// wait that the learned rate says would pass MaxQueue or the deadline is
+// refused at once, consuming nothing.
+func TestLearningRefusesAtOnceWhatItCannotMeet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New()
+		defer st.Close()
+		s, err := New(st, PerSecond(100), WithLearning(Learning{Start: PerSecond(5), Floor: PerSecond(5)}), WithMaxQueue(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		var full atomic.Int64
+		for range 30 {
+			wg.Go(func() {
+				if err := s.Wait(ctx, "p", 1); errors.Is(err, ErrQueueFull) {
+					full.Add(1)
+				} else if err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		// 5/s and 2 s of queue: about 10 are served, the rest refused at once.
+		if n := full.Load(); n < 15 || n > 21 {
+			t.Fatalf("%d of 30 refused with 2 s of queue at 5/s", n)
+		}
+		// Five waiting on another key: a wait with 500 ms left is refused
+		// at once with a DeadlineError.
+		for range 5 {
+			wg.Go(func() {
+				if err := s.Wait(ctx, "q", 1); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		synctest.Wait()
+		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		var de *DeadlineError
+		if err := s.Wait(dctx, "q", 1); !errors.As(err, &de) || time.Since(start) > 0 {
+			t.Errorf("a wait past its deadline: %v after %v, want a DeadlineError at once", err, time.Since(start))
+		}
+		wg.Wait()
 	})
 }
