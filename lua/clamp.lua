@@ -7,4 +7,4 @@
 -- KEYS: the state keys (a clamp lives in K:k). ARGV[1]: now in ms ('' for
 --   TIME); ARGV[2]: the interval in ms; ARGV[3]: the span in ms.
 -- Reply: the clamp's end (ms) as a string.
-return set_clamp(1, clock(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
+return set_clamp(1, clock(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), false)

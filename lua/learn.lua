@@ -6,7 +6,8 @@
 -- ARGV[1]: the version the caller read ('0': none); ARGV[2]: the record to
 --   write ('' writes none); ARGV[3]: its life in ms; ARGV[4]: the clamp's
 --   now in ms ('' for TIME, '-' sets no clamp); ARGV[5]: the clamp's
---   interval; ARGV[6]: its span in ms.
+--   interval; ARGV[6]: its span in ms; ARGV[7]: '1' to leave a key whose
+--   clamp in force spaces departures at least as far apart.
 -- When the record's version is ARGV[1] the record and the clamp are
 -- written; otherwise nothing is.
 -- Reply: the record in force after the call ('' for none).
@@ -16,7 +17,7 @@ cur = cur or ''
 local ver = string.match(cur, '^(%d+)') or '0'
 if ver ~= ARGV[1] then return cur end
 if ARGV[4] ~= '-' then
-  local r = set_clamp(2, clock(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
+  local r = set_clamp(2, clock(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1')
   if type(r) == 'table' and r.err then return r end
 end
 if ARGV[2] ~= '' then

@@ -633,12 +633,13 @@ end
 -- span, nothing departs on a key less than interval after the previous
 -- departure reserved under the clamp; a clamp replaces the one before it,
 -- whose next slot, if it falls within its window, moves to the new
--- interval after the departure before it. It returns the
--- clamp's end as a string, or the error reply of a key it cannot use
+-- interval after the departure before it. With tighter, a key whose clamp
+-- in force spaces departures at least as far apart keeps it. It returns
+-- the clamp's end as a string, or the error reply of a key it cannot use
 -- (having written nothing).
-local function set_clamp(from, now, interval, span)
+local function set_clamp(from, now, interval, span, tighter)
   local endv = now + span
-  local nexts = {}
+  local nexts, keep = {}, {}
   for i = from, #KEYS do -- read and check everything before writing anything
     local cur, why = get(KEYS[i] .. ':k')
     if cur == nil then return refuse(i - from + 1, 'clamp key ' .. why) end
@@ -649,12 +650,15 @@ local function set_clamp(from, now, interval, span)
       if now < c[3] and c[1] > now and c[1] < c[3] then -- its next slot, within its window, moved to the new interval
         nexts[i] = math.max(now, c[1] - c[2] + interval)
       end
+      keep[i] = tighter and now < c[3] and c[2] >= interval
     end
   end
   local ttl = math.ceil(endv - now)
   if ttl < 1 then ttl = 1 end
   for i = from, #KEYS do
-    redis.call('SET', KEYS[i] .. ':k', fmt(nexts[i]) .. ' ' .. fmt(interval) .. ' ' .. fmt(endv), 'PX', ttl)
+    if not keep[i] then
+      redis.call('SET', KEYS[i] .. ':k', fmt(nexts[i]) .. ' ' .. fmt(interval) .. ' ' .. fmt(endv), 'PX', ttl)
+    end
   end
   return fmt(endv)
 end

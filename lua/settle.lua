@@ -10,6 +10,8 @@
 --   cancel may leave a hole (a shaper of one contract), then per key 11
 --   values: kind, six parameters, tag, sequence number ('0': none; '-1': a slot of a contract changed since, whose extra is charged and nothing given back), cost,
 --   actual ('-1': cancelled).
+-- A cancel also gives back the next slot of a clamp in force (K:k) that
+-- the cancelled slot was the last to move.
 -- Reply: how many keys' states changed.
 local now = clock(ARGV[1])
 local at, holes_ok = tonumber(ARGV[2]), ARGV[3] == '1'
@@ -95,6 +97,22 @@ for _, w in ipairs(work) do
     changed = changed + 1
   end
   if w.l then led.save(w.l, w.lk, s, now) end
+  end
+end
+-- A cancelled slot that was the last a clamp in force scheduled gives the
+-- clamp's next slot back too (a margin's, a partner's, a learned rate's),
+-- as the key's schedule gave it back.
+if ARGV[3 + 11] == '-1' then -- the first key's actual: a cancel
+  for i = 1, n do
+    local craw = get(KEYS[i] .. ':k')
+    if craw then
+      local c = parse_clamp(craw)
+      if c and now < c[3] and c[1] == at + c[2] then
+        local ttl = math.ceil(c[3] - now)
+        if ttl < 1 then ttl = 1 end
+        redis.call('SET', KEYS[i] .. ':k', fmt(at) .. ' ' .. fmt(c[2]) .. ' ' .. fmt(c[3]), 'PX', ttl)
+      end
+    end
   end
 end
 return changed

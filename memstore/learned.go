@@ -58,7 +58,7 @@ func (m *mem) Learn(ctx context.Context, l *store.Learned, now float64, want uin
 		ls.keys[k] = cur
 	}
 	if c != nil {
-		_ = m.Clamp(ctx, l.KeySet, c.Now, c.Interval, c.Span)
+		m.clamp(l.KeySet, c.Now, c.Interval, c.Span, c.Tighter)
 	}
 	return cur.v, nil
 }

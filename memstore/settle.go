@@ -69,6 +69,14 @@ func (m *mem) Settle(_ context.Context, st *store.Settlement) error {
 			m.track(nsOf(d), strings.Clone(keys[i]), t.slab[j], false) // idle earlier than recorded
 		}
 	})
+	if st.Actual == nil { // a cancel gives back the clamp's slot it was the last to move
+		m.each(st.KeySet, func(_ *memShard, sp *memSpace, _ *store.Dim, i int) {
+			if c, ok := sp.clamps[keys[i]]; ok && st.Now < c.end && c.next == st.At+c.interval {
+				c.next = st.At
+				sp.clamps[keys[i]] = c
+			}
+		})
+	}
 	return err
 }
 
@@ -173,10 +181,21 @@ func (m *mem) Reset(_ context.Context, ks store.KeySet) error {
 // slot of a clamp still in force, if it falls within its window, moves to
 // the new interval after the departure before it.
 func (m *mem) Clamp(_ context.Context, ks store.KeySet, now, interval, span float64) error {
+	m.clamp(ks, now, interval, span, false)
+	return nil
+}
+
+// clamp is Clamp; with tighter, a key whose clamp in force spaces
+// departures at least interval apart keeps it (store.LearnClamp.Tighter).
+func (m *mem) clamp(ks store.KeySet, now, interval, span float64, tighter bool) {
 	keys := ks.Keys
 	m.each(ks, func(_ *memShard, sp *memSpace, _ *store.Dim, i int) {
 		next := now
-		if c, ok := sp.clamps[keys[i]]; ok && now < c.end && c.next > now && c.next < c.end { // its next slot, within its window, moved to the new interval
+		c, ok := sp.clamps[keys[i]]
+		if ok && tighter && now < c.end && c.interval >= interval {
+			return
+		}
+		if ok && now < c.end && c.next > now && c.next < c.end { // its next slot, within its window, moved to the new interval
 			next = max(now, c.next-c.interval+interval)
 		}
 		if sp.clamps == nil {
@@ -184,7 +203,6 @@ func (m *mem) Clamp(_ context.Context, ks store.KeySet, now, interval, span floa
 		}
 		sp.clamps[strings.Clone(keys[i])] = clampState{next: next, interval: interval, end: now + span}
 	})
-	return nil
 }
 
 // Status reads every key with all their shards locked, so that the figures

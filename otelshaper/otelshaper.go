@@ -181,6 +181,7 @@ var (
 	_ shaper.PermitHolder = (*Reserver)(nil)
 	_ shaper.TurnTaker    = (*Reserver)(nil)
 	_ shaper.Learner      = (*Reserver)(nil)
+	_ shaper.Spacer       = (*Reserver)(nil)
 )
 
 // Wrap returns a Reserver that records OpenTelemetry metrics and span events
@@ -483,6 +484,19 @@ func (w *Reserver) Learn(ctx context.Context, key string, fb shaper.Feedback) er
 	}
 	if c, ok := w.inner.(shaper.Clamper); ok && fb.HasRemaining {
 		return c.Clamp(tctx, key, fb.Remaining, min(fb.Reset, shaper.MaxPause))
+	}
+	return nil
+}
+
+// Space delegates to the wrapped Reserver's Space (see
+// shaper.Shaper.Space), its store call recorded; one without the method
+// keeps no margin.
+func (w *Reserver) Space(ctx context.Context, key string, margin time.Duration) error {
+	if w.inner == nil {
+		return errNil
+	}
+	if sp, ok := w.inner.(shaper.Spacer); ok {
+		return sp.Space(itrace.With(ctx, w.trace), key, margin)
 	}
 	return nil
 }

@@ -32,14 +32,17 @@ func (r *backend) Learn(ctx context.Context, l *store.Learned, now float64, want
 			keys = append(keys, all[2*i])
 		}
 	}
-	clampNow, interval, span := "-", "0", "0"
+	clampNow, interval, span, tighter := "-", "0", "0", "0"
 	if c != nil {
 		clampNow, interval, span = r.now(c.Now), script.Float(c.Interval), script.Float(c.Span)
+		if c.Tighter {
+			tighter = "1"
+		}
 	}
 	var v any
 	err := r.run(ctx, "learn", l.KeySet, func(ctx context.Context) error {
 		var err error
-		v, err = script.Learn.Run(ctx, r.client, keys, strconv.FormatUint(want, 10), rec, script.Float(ttl), clampNow, interval, span).Result()
+		v, err = script.Learn.Run(ctx, r.client, keys, strconv.FormatUint(want, 10), rec, script.Float(ttl), clampNow, interval, span, tighter).Result()
 		return err
 	})
 	if err != nil {

@@ -16,7 +16,8 @@ import (
 // depart at least reset/remaining apart in every process sharing the
 // store. A clamp only adds a floor, never speeds a key up; a later clamp
 // replaces an earlier one, its next slot moved to the new interval after
-// the departure before it; granted slots keep their times. A remaining count the contract could not exceed before the reset
+// the departure before it (sooner or later); a cancelled slot that was the last under a clamp gives the clamp's slot
+// back; granted slots keep their times. A remaining count the contract could not exceed before the reset
 // anyway records nothing; remaining <= 0 pauses the key until the reset;
 // reset <= 0 does nothing; a reset above MaxPause is a *ConfigError.
 func (s *Shaper) Clamp(ctx context.Context, key string, remaining int64, reset time.Duration) error {

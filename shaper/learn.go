@@ -137,6 +137,9 @@ type learnedKey struct {
 	used atomic.Int64 // unix ns: the last reservation
 	mu   sync.Mutex
 	st   learn.State
+	// margin is what Space asked for, in ns: the learned clamp's
+	// interval carries it on a strict contract.
+	margin atomic.Int64
 	// The gate: the requests of this process holding a slot not yet
 	// come (out), and those waiting to take one, first come first served.
 	gmu   sync.Mutex
@@ -281,7 +284,7 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 			return false, nil // nothing to write, and the clamp is fresh
 		}
 		rate := st.Rate(ms, p)
-		cl := &store.LearnClamp{Now: ms, Interval: 1000 / rate, Span: algorithms.DurationMillis(learnClampSpan)}
+		cl := &store.LearnClamp{Now: ms, Interval: 1000/rate + s.marginMs(c, lk), Span: algorithms.DurationMillis(learnClampSpan)}
 		cur, err := s.store.Learn(context.WithoutCancel(ctx), l, ms, lk.st.Ver, rec, s.learner.ttl, cl)
 		if err != nil {
 			lk.next.Store(now.Add(learnRetry).UnixNano())
@@ -305,6 +308,20 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 		last = fmt.Errorf("%w: key %q: the learned record kept changing under this process", ErrInvalidState, key)
 	}
 	return false, last
+}
+
+// marginMs is the margin Space set on lk, in ms, under contract c: none
+// on a burst contract, at most a tenth of its interval.
+func (s *Shaper) marginMs(c *contract, lk *learnedKey) float64 {
+	m := time.Duration(lk.margin.Load())
+	if m <= 0 {
+		return 0
+	}
+	interval, ok := strictInterval(c)
+	if !ok {
+		return 0
+	}
+	return algorithms.DurationMillis(min(m, interval/10))
 }
 
 // adoptLearned makes st the record lk holds at ms.
@@ -545,4 +562,83 @@ func (lk *learnedKey) leaveLocked() {
 		return
 	}
 	lk.out--
+}
+
+// MarginSpan is how long a margin set by Space holds: a caller renews it
+// (package transport does, every MarginSpan/2 while it sends on the key).
+const MarginSpan = time.Minute
+
+// Spacer is the capability of a Reserver that keeps a margin between
+// departures (see Shaper.Space): *Shaper, and Route and otelshaper.Wrap
+// over one.
+type Spacer interface {
+	Space(ctx context.Context, key string, margin time.Duration) error
+}
+
+var _ Spacer = (*Shaper)(nil)
+
+// Space keeps key's departures at least the contract's interval plus
+// margin apart, fleet-wide, for MarginSpan: a partner that measures the
+// spacing of its arrivals strictly (a leaky bucket with no burst, such as
+// nginx's limit_req) then never sees two requests closer than the
+// interval, although each departure is a little late (timer wake-up,
+// the HTTP client) and a late departure followed by an on-time one would
+// otherwise arrive too close. The margin is at most a tenth of the
+// interval. It applies to a strict contract only (every dimension of
+// burst 1); a burst contract tolerates the lateness already, and Space
+// does nothing. It never loosens a partner's clamp in force (see Clamp);
+// on a learning shaper the learned rate's clamp carries the margin.
+// Package transport calls it for every key it sends on
+// (transport.WithSpacingMargin).
+func (s *Shaper) Space(ctx context.Context, key string, margin time.Duration) error {
+	if s == nil {
+		return errNilShaper
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if margin < 0 {
+		return &ConfigError{Algorithm: "shaper", Field: "Space", Value: margin, Reason: "the margin must be >= 0"}
+	}
+	if s.rateless {
+		return nil
+	}
+	c := s.live()
+	interval, ok := strictInterval(c)
+	if !ok {
+		return nil
+	}
+	m := min(margin, interval/10)
+	now := s.cfg.clock.Now()
+	if s.learner != nil {
+		lk := s.learner.key(key, now)
+		lk.margin.Store(int64(m))
+		return nil
+	}
+	if m <= 0 {
+		return nil
+	}
+	ks, err := s.keysOf(c, key)
+	if err != nil {
+		return err
+	}
+	ms := algorithms.Millis(now)
+	st := startStore(ctx)
+	_, err = s.store.Learn(ctx, &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, ms, 0, "", 0,
+		&store.LearnClamp{Now: ms, Interval: algorithms.DurationMillis(interval + m), Span: algorithms.DurationMillis(MarginSpan), Tighter: true})
+	st.done("clamp", err)
+	return err
+}
+
+// strictInterval is the interval between requests of cost 1 contract c
+// allows, when every dimension is strict (burst 1).
+func strictInterval(c *contract) (time.Duration, bool) {
+	var longest time.Duration
+	for _, d := range c.dims {
+		if d.rate.burst() > 1 {
+			return 0, false
+		}
+		longest = max(longest, d.rate.Period/time.Duration(d.rate.Count))
+	}
+	return longest, longest > 0
 }

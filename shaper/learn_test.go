@@ -342,3 +342,71 @@ func TestLearningRefusesAtOnceWhatItCannotMeet(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// Space keeps a strict contract's departures the margin further apart
+// (at most a tenth of the interval), does nothing to a burst contract,
+// never loosens a partner's clamp, and a cancelled slot gives the clamp's
+// slot back as it gives the key's.
+func TestSpaceKeepsAMarginAndCancelsGiveItBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New()
+		defer st.Close()
+		ctx := context.Background()
+		gaps := func(s *Shaper, key string, n int) []time.Duration {
+			var out []time.Duration
+			var prev time.Time
+			for i := range n {
+				r, err := s.Reserve(ctx, key, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i > 0 {
+					out = append(out, r.Time().Sub(prev))
+				}
+				prev = r.Time()
+			}
+			return out
+		}
+		strict, _ := New(st, PerSecond(25), WithName("strict"))
+		if err := strict.Space(ctx, "k", 2*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gaps(strict, "k", 5) {
+			if g != 42*time.Millisecond {
+				t.Fatalf("strict 25/s with a 2 ms margin: gap %v, want 42ms", g)
+			}
+		}
+		_ = strict.Space(ctx, "m", 10*time.Millisecond) // capped at a tenth: 4 ms
+		for _, g := range gaps(strict, "m", 3) {
+			if g != 44*time.Millisecond {
+				t.Fatalf("a 10 ms margin on 40 ms: gap %v, want 44ms (a tenth)", g)
+			}
+		}
+		bursty, _ := New(st, PerSecond(25).WithBurst(5), WithName("bursty"))
+		_ = bursty.Space(ctx, "k", 2*time.Millisecond)
+		if g := gaps(bursty, "k", 3); g[0] != 0 || g[1] != 0 {
+			t.Fatalf("a burst contract kept a margin: gaps %v", g)
+		}
+		// A partner's clamp of one call every 2 s is not loosened.
+		if err := strict.Clamp(ctx, "c", 3, 6*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		_ = strict.Space(ctx, "c", 2*time.Millisecond)
+		first, _ := strict.Reserve(ctx, "c", 1)
+		second, _ := strict.Reserve(ctx, "c", 1)
+		if g := second.Time().Sub(first.Time()); g != 2*time.Second {
+			t.Fatalf("Space loosened a partner's clamp: gap %v, want 2s", g)
+		}
+		// The second cancelled: the third takes its slot, not one 2 s later.
+		if err := second.Cancel(ctx); err != nil {
+			t.Fatal(err)
+		}
+		third, _ := strict.Reserve(ctx, "c", 1)
+		if !third.Time().Equal(second.Time()) {
+			t.Fatalf("after a cancel the next slot is %v after the first, want the cancelled one's (%v)", third.Time().Sub(first.Time()), second.Time().Sub(first.Time()))
+		}
+		if err := strict.Space(ctx, "k", -time.Millisecond); !errors.Is(err, ErrInvalidConfig) {
+			t.Fatalf("a negative margin: %v", err)
+		}
+	})
+}

@@ -100,6 +100,19 @@ func (r *router) Learn(ctx context.Context, key string, fb Feedback) error {
 	return nil
 }
 
+// Space keeps a margin on the Reserver key routes to (see Shaper.Space);
+// one without the method keeps none.
+func (r *router) Space(ctx context.Context, key string, margin time.Duration) error {
+	to, err := r.to(key)
+	if err != nil {
+		return err
+	}
+	if sp, ok := to.(Spacer); ok {
+		return sp.Space(ctx, key, margin)
+	}
+	return nil
+}
+
 // HoldsPermits reports whether the Reserver key routes to holds permits
 // (see Shaper.HoldsPermits); one without the method holds none.
 func (r *router) HoldsPermits(key string) bool {

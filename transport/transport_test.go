@@ -342,9 +342,10 @@ func TestFeedbackClampsTheKey(t *testing.T) {
 			t.Fatalf("feedback %v: Clamp calls %v, want %s", on, got, want)
 		}
 		if on {
-			// 3 calls in 6 s: the first under the clamp leaves at its slot
-			// (at once, or the contract's 1 ms after the first request's),
-			// the next 2 s after it. The store keeps instants in ms: 1 ms of
+			// 3 calls in 6 s: the first under the clamp leaves 2 s after
+			// the request before it (the clamp replaces the margin's,
+			// its next slot moved to the new interval), the next 2 s
+			// after that. The store keeps instants in ms: 1 ms of
 			// tolerance.
 			first, err := r.Reserve(context.Background(), "partner", 1)
 			if err != nil {
@@ -354,7 +355,7 @@ func TestFeedbackClampsTheKey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if gap := st.Next.Sub(first.Time()); gap < 2*time.Second-time.Millisecond || gap > 2*time.Second+time.Millisecond || first.Delay > 2*time.Millisecond {
+			if gap := st.Next.Sub(first.Time()); gap < 2*time.Second-time.Millisecond || gap > 2*time.Second+time.Millisecond || first.Delay > 2*time.Second+time.Millisecond {
 				t.Fatalf("after a clamp of 3 in 6 s the first call leaves in %v and the next %v after it", first.Delay, gap)
 			}
 		}

@@ -150,10 +150,10 @@ func Start(ver uint64, now float64, p Params) State {
 // at is what the partner took (trusted from MinSample responses; else
 // Beta of it). A refusal of a request that departed before the last
 // change says nothing of the rate in force and changes nothing; within
-// Hold after it, only a sampled share below Keep does: the partner still
-// refuses more than a few of the requests sent at the lowered rate (the
-// first refusal of an overload sees mostly the
-// requests before it, the next ones the overload itself). So one overload
+// Hold after it, only a sampled share below Beta does: the partner still
+// refuses a tenth of the requests sent at the lowered rate (the first
+// refusal of an overload sees mostly the requests before it, the next
+// ones the overload itself). So one overload
 // lowers the rate once or twice, however many refusals it draws. It
 // reports whether s changed.
 func (s *State) Refuse(now, departed float64, accepted, answered int, p Params) bool {
@@ -168,7 +168,7 @@ func (s *State) Refuse(now, departed float64, accepted, answered int, p Params) 
 	}
 	found = clampRate(found, p)
 	refine := s.Event == Refused && departed < s.T0+Hold
-	if s.Event != None && departed < s.T0+Hold && !(refine && sampled && found < Keep*r) {
+	if s.Event != None && departed < s.T0+Hold && !(refine && sampled && found < Beta*r) {
 		return false
 	}
 	if !refine { // a new overload: Level compares with the Max before it

@@ -14,8 +14,9 @@ import (
 // Learned drives a learning shaper (shaper.WithLearning) on c's store and
 // on a memory store, on a fake clock each (c's store must decide on the
 // client clock), through the same seeded feedback — refusals, stated
-// policies, remaining counts, pauses — interleaved with reservations and
-// Status reads on OddKeys, and fails t at the first step where they
+// policies, remaining counts, pauses, margins (Space) — interleaved with
+// reservations, cancels and Status reads on OddKeys, and a plain shaper
+// keeping a margin under partners' clamps beside them, and fails t at the first step where they
 // differ: the delays granted (the learned rate's clamp), the errors, and
 // the learned rate and event Status reports. Two shapers share each store,
 // as two processes of a fleet: what one learns paces the other.
@@ -26,12 +27,18 @@ func Learned(t *testing.T, c Candidate) {
 		prefix := fmt.Sprintf("learn%d-%s:", seed, c.Name)
 		var fleet [2]*shaper.Shaper
 		for i := range fleet {
-			s, err := shaper.New(st, shaper.PerSecond(100).WithBurst(5), shaper.WithClock(clk), shaper.WithPrefix(prefix),
+			s, err := shaper.New(st, shaper.PerSecond(100), shaper.WithClock(clk), shaper.WithPrefix(prefix),
 				shaper.WithLearning(shaper.Learning{Start: shaper.PerSecond(10), Floor: shaper.PerSecond(2)}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			fleet[i] = s
+		}
+		// A plain shaper beside them, keeping a margin (Space) under
+		// partners' clamps, with cancels giving slots back.
+		plain, err := shaper.New(st, shaper.PerSecond(20), shaper.WithClock(clk), shaper.WithPrefix(prefix+"plain:"))
+		if err != nil {
+			t.Fatal(err)
 		}
 		rng := rand.New(rand.NewPCG(seed, 11))
 		var out []string
@@ -40,10 +47,33 @@ func Learned(t *testing.T, c Candidate) {
 			s := fleet[rng.IntN(2)]
 			key := OddKeys[rng.IntN(len(OddKeys))*rng.IntN(2)]
 			line := fmt.Sprintf("%d %q: ", step, key)
-			switch rng.IntN(6) {
+			switch rng.IntN(9) {
 			case 0, 1:
 				r, err := s.Reserve(bg, key, 1)
 				line += fmt.Sprintf("reserve %v %s", r.Delay, ErrText(err))
+				if err == nil && rng.IntN(3) == 0 {
+					line += " cancel " + ErrText(r.Cancel(bg))
+				}
+			case 6:
+				err := s.Space(bg, key, time.Duration(rng.IntN(3))*time.Millisecond)
+				line += "space " + ErrText(err)
+			case 7:
+				r, err := plain.Reserve(bg, key, 1)
+				line += fmt.Sprintf("plain reserve %v %s", r.Delay, ErrText(err))
+				if err == nil && rng.IntN(3) == 0 {
+					line += " cancel " + ErrText(r.Cancel(bg))
+				}
+			case 8:
+				var err error
+				if rng.IntN(2) == 0 {
+					err = plain.Space(bg, key, time.Duration(rng.IntN(8))*time.Millisecond)
+					line += "plain space "
+				} else {
+					err = plain.Clamp(bg, key, int64(rng.IntN(6)), time.Duration(rng.IntN(3000))*time.Millisecond)
+					line += "plain clamp "
+				}
+				st, serr := plain.Status(bg, key, 1)
+				line += ErrText(err) + fmt.Sprintf(" next %v %s", st.Next.Sub(clk.Now()), ErrText(serr))
 			case 2:
 				fb := shaper.Feedback{Departed: clk.Now().Add(-time.Duration(rng.IntN(3000)) * time.Millisecond), Refused: rng.IntN(3) > 0}
 				err := s.Learn(bg, key, fb)
