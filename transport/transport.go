@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,10 +15,11 @@ import (
 
 // DefaultSpacingMargin is the margin a Transport keeps between a strict
 // contract's departures unless WithSpacingMargin says otherwise (see
-// shaper.Shaper.Space): 2 ms, which covers what a departure's timer
-// wake-up and the HTTP client add on a loaded machine, measured against
-// nginx's limit_req with no burst.
-const DefaultSpacingMargin = 2 * time.Millisecond
+// shaper.Shaper.Space; at most a tenth of the interval): 4 ms, which
+// covers what a departure's timer wake-up, a new connection's dial and
+// the HTTP client add on a loaded machine, in one process and across a
+// fleet, measured against nginx's limit_req with no burst (docs/TRANSPORT.md).
+const DefaultSpacingMargin = 4 * time.Millisecond
 
 // DefaultMaxPause caps the pause a partner's Retry-After or rate-limit
 // headers can impose on a key, unless WithMaxPause says otherwise.
@@ -102,7 +104,10 @@ func WithMaxPause(d time.Duration) Option {
 // contract's interval, however late each leaves (see
 // shaper.Shaper.Space: at most a tenth of the interval, fleet-wide,
 // renewed while the key is used). It costs the key that much of its rate:
-// 2 ms on 40 ms at 25/s is 5 %.
+// 4 ms on 100 ms at 10/s is 4 %, a tenth at 25/s and faster. Each
+// Transport also holds a request whose predecessor on the key reached
+// the wire late (a new connection's dial) until its own slot plus that
+// lateness less the margin, so that the two do not arrive too close.
 func WithSpacingMargin(d time.Duration) Option { return func(t *Transport) { t.margin = max(d, 0) } }
 
 // New returns an http.RoundTripper that waits for a departure slot on r before
@@ -195,6 +200,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Reserver without Acquire waited and had none to return. Settle
 		// reports it rather than settle nothing.
 		req = req.WithContext(context.WithValue(ctx, ticketKey{}, &ticket{r: *res, none: *res == shaper.Reservation{}}))
+		if *res != (shaper.Reservation{}) {
+			if req, err = t.keepSpacing(req, key, res); err != nil {
+				if req.Body != nil {
+					_ = req.Body.Close()
+				}
+				return nil, err
+			}
+		}
 	}
 	resp, err := t.baseRT().RoundTrip(req)
 	if err != nil {
@@ -219,6 +232,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // space keeps the spacing margin on key (see WithSpacingMargin), renewed
 // every half shaper.MarginSpan: one store call per key at most that often.
+// The requests that come while it is set wait for it, so that none takes
+// a slot spaced without it.
 func (t *Transport) space(ctx context.Context, key string) {
 	if t.margin <= 0 {
 		return
@@ -228,21 +243,88 @@ func (t *Transport) space(ctx context.Context, key string) {
 		return
 	}
 	now := time.Now().UnixNano()
-	if v, ok := t.spaced.Load(key); ok && now < v.(int64) {
+	v, ok := t.spaced.Load(key)
+	if !ok {
+		v, _ = t.spaced.LoadOrStore(key, &spacing{})
+		if t.nspaced.Add(1)%1024 == 0 { // forget the keys no longer used
+			t.spaced.Range(func(k, v any) bool {
+				if e := v.(*spacing); e.next.Load() != 0 && e.next.Load() < now {
+					t.spaced.CompareAndDelete(k, v)
+				}
+				return true
+			})
+		}
+	}
+	e := v.(*spacing)
+	if now < e.next.Load() {
 		return
 	}
-	t.spaced.Store(key, now+int64(shaper.MarginSpan/2))
-	if t.nspaced.Add(1)%1024 == 0 { // forget the keys no longer used
-		t.spaced.Range(func(k, v any) bool {
-			if v.(int64) < now {
-				t.spaced.CompareAndDelete(k, v)
-			}
-			return true
-		})
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if now < e.next.Load() {
+		return
 	}
-	if err := sp.Space(context.WithoutCancel(ctx), key, t.margin); err != nil {
-		t.spaced.Delete(key) // try again with the next request
+	if err := sp.Space(context.WithoutCancel(ctx), key, t.margin); err == nil {
+		e.next.Store(now + int64(shaper.MarginSpan/2))
 	}
+}
+
+// spacing is a key's margin: when it is due for renewal (unix ns; 0:
+// never set), and the lock its renewal holds; and how late this process's
+// last request of the key reached the wire after its slot.
+type spacing struct {
+	mu   sync.Mutex
+	next atomic.Int64
+
+	lmu      sync.Mutex
+	lastSlot time.Time
+	late     time.Duration
+}
+
+// maxCatchUp bounds how long keepSpacing holds a request after its slot.
+const maxCatchUp = 50 * time.Millisecond
+
+// keepSpacing keeps this process's requests of key from reaching the
+// wire closer together than their slots by more than the margin: a
+// request whose predecessor was written late (a new connection's dial, a
+// stalled goroutine) waits until its own slot plus that lateness less
+// the margin, so that a late request followed by an on-time one does not
+// arrive too close to it at a strict partner (at most maxCatchUp). It
+// returns req with a trace that records when its headers are written.
+func (t *Transport) keepSpacing(req *http.Request, key string, res *shaper.Reservation) (*http.Request, error) {
+	if t.margin <= 0 {
+		return req, nil
+	}
+	v, ok := t.spaced.Load(key)
+	if !ok {
+		return req, nil
+	}
+	e := v.(*spacing)
+	clock, slot := res.Clock(), res.Time()
+	e.lmu.Lock()
+	hold := min(e.late-t.margin, maxCatchUp)
+	e.lmu.Unlock()
+	if d := slot.Add(hold).Sub(clock.Now()); hold > 0 && d > 0 {
+		tm := clock.NewTimer(d)
+		select {
+		case <-tm.C():
+		case <-req.Context().Done():
+			tm.Stop()
+			return req, req.Context().Err()
+		}
+	}
+	trace := &httptrace.ClientTrace{WroteHeaders: func() {
+		late := clock.Now().Sub(slot)
+		if late < 0 || late > time.Second { // another clock's slot: nothing to learn
+			return
+		}
+		e.lmu.Lock()
+		if !slot.Before(e.lastSlot) {
+			e.lastSlot, e.late = slot, late
+		}
+		e.lmu.Unlock()
+	}}
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), nil
 }
 
 // holdsPermits reports whether the Reserver's reservations of key hold an
