@@ -70,7 +70,7 @@ func TestTheDocumentedACLRuleIsExact(t *testing.T) {
 	used := map[string]bool{"evalsha": true, "eval": true, "del": true, "pttl": true, // the store's own: scripts, Reset, a pause's time left
 		"subscribe": true, "ping": true} // release notices (Freed), and go-redis's health check of that subscription
 	for _, src := range []string{lua.Lib, lua.Ledger, lua.Reserve, lua.ReserveGCRA, lua.GCRAAlone, lua.ReserveBatch, lua.Settle, lua.Status, lua.Pause, lua.Contract, lua.Clamp,
-		lua.PermitTake, lua.PermitRelease, lua.PermitRenew, lua.PermitCount, lua.FairTurn} {
+		lua.PermitTake, lua.PermitRelease, lua.PermitRenew, lua.PermitCount, lua.FairTurn, lua.Learn} {
 		for _, m := range regexp.MustCompile(`redis\.p?call\('([A-Z]+)'`).FindAllStringSubmatch(src, -1) {
 			used[strings.ToLower(m[1])] = true
 		}
@@ -104,7 +104,8 @@ func TestTheDocumentedACLRuleIsExact(t *testing.T) {
 // whole cross-store conformance (the test adds MULTI, EXEC and PERSIST,
 // which its own harness uses, never the store), and on Redis TIME every
 // operation, on a node and on the 3-master cluster, in-flight permits
-// included (take, count, renewal, release and its notice), and fair turns.
+// included (take, count, renewal, release and its notice), fair turns, and
+// a learning shaper's record and the clamps of its rate and of a margin.
 func TestRedisWorksThroughTheLeastPrivilegedUser(t *testing.T) {
 	t.Parallel()
 	rule, clusterRule := aclRules(t)
@@ -132,7 +133,11 @@ func TestRedisWorksThroughTheLeastPrivilegedUser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, sh := range []*shaper.Shaper{s, one} {
+		learner, err := shaper.New(New(client, WithTimeout(slowMachine)), shaper.PerSecond(10), shaper.WithName("acl2"), shaper.WithLearning(shaper.Learning{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sh := range []*shaper.Shaper{s, one, learner} {
 			r, err := sh.Reserve(bg, "k", 5)
 			if err != nil {
 				t.Fatalf("%s: Reserve: %v", name, err)
@@ -144,8 +149,10 @@ func TestRedisWorksThroughTheLeastPrivilegedUser(t *testing.T) {
 			_, steps["status"] = sh.Status(bg, "k", 1)
 			_, steps["allow"] = sh.Allow(bg, "k", 1)
 			steps["pause"] = sh.Pause(bg, "k", 50*time.Millisecond)
-			steps["wait"] = sh.Wait(bg, "k", 1)                                                    // asks for the pause's time left
-			steps["fair wait"] = sh.Wait(shaper.WithFlow(bg, shaper.Flow{Name: "tenant"}), "k", 1) // a turn, and the flow leaving
+			steps["wait"] = sh.Wait(bg, "k", 1)                                                             // asks for the pause's time left
+			steps["fair wait"] = sh.Wait(shaper.WithFlow(bg, shaper.Flow{Name: "tenant"}), "k", 1)          // a turn, and the flow leaving
+			steps["learn"] = sh.Learn(bg, "k", shaper.Feedback{Refused: true, Policy: shaper.PerSecond(5)}) // the learned record and its clamp
+			steps["space"] = sh.Space(bg, "k", time.Millisecond)                                            // a margin's clamp
 			steps["reset"] = sh.Reset(bg, "k")
 			for op, err := range steps {
 				if err != nil {

@@ -17,16 +17,17 @@ type keyTuple struct {
 
 // keyKind is a kind of key: a state key, a pause key, an in-flight key
 // (permitKey), a key the scripts derive from a state key (derivedSuffixes),
-// or a key's fair turns (fairKey: the shaper's, not a dimension's, so its
-// tuple has no name).
+// a key's fair turns (fairKey) or its learned record (learnedKey): the
+// shaper's, not a dimension's, so their tuples have no name.
 type keyKind uint8
 
 const (
 	stateKind keyKind = iota
 	pauseKind
 	inFlightKind
-	fairKind = inFlightKind + 1 + keyKind(len(derivedSuffixes))
-	kinds    = fairKind + 1
+	fairKind    = inFlightKind + 1 + keyKind(len(derivedSuffixes))
+	learnedKind = fairKind + 1
+	kinds       = learnedKind + 1
 )
 
 func (k keyTuple) redisKey() string {
@@ -40,6 +41,8 @@ func (k keyTuple) redisKey() string {
 		return permitKey(&store.Permit{Dim: d, Key: k.key, Slot: tag})
 	case fairKind:
 		return fairKey(&store.Turns{Base: k.base, Key: k.key, Slot: k.tag})
+	case learnedKind:
+		return learnedKey(&store.Learned{Base: k.base, Key: k.key, KeySet: store.KeySet{Slot: k.tag}})
 	}
 	keys := redisKeys(store.KeySet{Dims: []*store.Dim{d}, Keys: []string{k.key}, Slot: tag})
 	switch {
@@ -84,13 +87,16 @@ func FuzzRedisKeysAreInjective(f *testing.F) {
 		f.Add("tk:n:", "", a, b, uint8(fairKind), "tk:n:", "", a, b+":q", uint8(stateKind))
 		f.Add("tk:n:", "", a, ":q:"+b, uint8(stateKind), "tk:n:", "", a, b, uint8(fairKind))
 		f.Add("tk:n:", "q", a, b, uint8(stateKind), "tk:n:", "", a, b, uint8(fairKind))
+		f.Add("tk:n:", "", a, b, uint8(learnedKind), "tk:n:", "", a, b, uint8(fairKind))
+		f.Add("tk:n:", "", a, ":a:"+b, uint8(stateKind), "tk:n:", "", a, b, uint8(learnedKind))
+		f.Add("tk:n:", "a", a, b, uint8(stateKind), "tk:n:", "", a, b, uint8(learnedKind))
 	}
 	f.Fuzz(func(t *testing.T, base1, name1, tag1, key1 string, kind1 uint8, base2, name2, tag2, key2 string, kind2 uint8) {
 		a := keyTuple{base1, name1, tag1, key1, keyKind(kind1) % kinds}
 		b := keyTuple{base2, name2, tag2, key2, keyKind(kind2) % kinds}
 		for _, k := range []*keyTuple{&a, &b} {
 			switch {
-			case k.kind == fairKind: // the shaper's: no dimension name; tagged by the slot dimension's key
+			case k.kind == fairKind || k.kind == learnedKind: // the shaper's: no dimension name; tagged by the slot dimension's key
 				k.name = ""
 			case k.name == "":
 				k.tag = k.key
