@@ -1,23 +1,67 @@
 
 -- learn: what the shapers of a fleet learned of one partner key (package
--- internal/learn's State, encoded; its first field is its version), and
--- the clamp its rate sets on the key's departures.
--- KEYS[1]: the record; KEYS[2..]: the state keys the clamp holds.
+-- internal/learn's State, encoded; its first field is its version), the
+-- fleet's tallies of the partner's answers, and the clamp its rate sets on
+-- the key's departures.
+-- KEYS[1]: the record; KEYS[2]: the tallies, a hash of "a<bucket>"
+--   (accepted) and "n<bucket>" (answered) counts; KEYS[3..]: the state keys
+--   the clamp holds.
 -- ARGV[1]: the version the caller read ('0': none); ARGV[2]: the record to
 --   write ('' writes none); ARGV[3]: its life in ms; ARGV[4]: the clamp's
 --   now in ms ('' for TIME, '-' sets no clamp); ARGV[5]: the clamp's
 --   interval; ARGV[6]: its span in ms; ARGV[7]: '1' to leave a key whose
---   clamp in force spaces departures at least as far apart.
--- When the record's version is ARGV[1] the record and the clamp are
--- written; otherwise nothing is.
--- Reply: the record in force after the call ('' for none).
+--   clamp in force spaces departures at least as far apart; ARGV[8]: the
+--   oldest bucket kept (older ones are dropped); ARGV[9]: the first bucket
+--   to read ('0': none); ARGV[10]: the tallies' life in ms; ARGV[11]: how
+--   many tallies to add, then per tally its bucket, accepted and answered.
+-- The tallies are added whatever the version; when the record's version
+-- is ARGV[1] the record and the clamp are written, otherwise neither is.
+-- Reply: {the record in force after the call ('' for none), {bucket,
+--   accepted, answered, ...} of the buckets from ARGV[9], in bucket order}.
 local cur, why = get(KEYS[1])
 if cur == nil then return redis.error_reply('TKSTATE learned record ' .. why) end
 cur = cur or ''
+local nadd = tonumber(ARGV[11])
+local tallies = {}
+if nadd > 0 or ARGV[9] ~= '0' then
+  local ty = redis.call('TYPE', KEYS[2])['ok']
+  if ty ~= 'none' and ty ~= 'hash' then return redis.error_reply('TKSTATE learned tallies hold a value of another type') end
+  for i = 0, nadd - 1 do
+    local a = 12 + i * 3
+    redis.call('HINCRBY', KEYS[2], 'a' .. ARGV[a], ARGV[a + 1])
+    redis.call('HINCRBY', KEYS[2], 'n' .. ARGV[a], ARGV[a + 2])
+  end
+  if nadd > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[10]) end
+  local oldest, from = tonumber(ARGV[8]), tonumber(ARGV[9])
+  local all = redis.call('HGETALL', KEYS[2])
+  local acc, ans, seen, old = {}, {}, {}, {}
+  for i = 1, #all, 2 do
+    local kind, b = string.sub(all[i], 1, 1), tonumber(string.sub(all[i], 2))
+    if b == nil then
+      old[#old + 1] = all[i]
+    elseif b < oldest then
+      old[#old + 1] = all[i]
+    else
+      if kind == 'a' then acc[b] = tonumber(all[i + 1]) else ans[b] = tonumber(all[i + 1]) end
+      if not seen[b] then seen[b] = true end
+    end
+  end
+  if #old > 0 then redis.call('HDEL', KEYS[2], unpack(old)) end
+  if from > 0 then
+    local bs = {}
+    for b in pairs(seen) do if b >= from then bs[#bs + 1] = b end end
+    table.sort(bs)
+    for _, b in ipairs(bs) do
+      tallies[#tallies + 1] = b
+      tallies[#tallies + 1] = acc[b] or 0
+      tallies[#tallies + 1] = ans[b] or 0
+    end
+  end
+end
 local ver = string.match(cur, '^(%d+)') or '0'
-if ver ~= ARGV[1] then return cur end
+if ver ~= ARGV[1] then return {cur, tallies} end
 if ARGV[4] ~= '-' then
-  local r = set_clamp(2, clock(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1')
+  local r = set_clamp(3, clock(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1')
   if type(r) == 'table' and r.err then return r end
 end
 if ARGV[2] ~= '' then
@@ -26,4 +70,4 @@ if ARGV[2] ~= '' then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
   cur = ARGV[2]
 end
-return cur
+return {cur, tallies}

@@ -394,12 +394,12 @@ func (h *handoff) done(d *store.Dim, key string) {
 // Learn keeps the learned record on Redis; during an outage FailLocal's
 // twin keeps this process's (its clamp holds the twin's keys), the others
 // report the outage (the shaper then keeps the rate it holds).
-func (f *failover) Learn(ctx context.Context, l *store.Learned, now float64, want uint64, rec string, ttl float64, c *store.LearnClamp) (string, error) {
-	v, err := f.redis.Learn(ctx, l, now, want, rec, ttl, c)
+func (f *failover) Learn(ctx context.Context, l *store.Learned, op *store.LearnOp) (string, []store.Tally, error) {
+	v, t, err := f.redis.Learn(ctx, l, op)
 	if !outage(err) || f.local == nil {
-		return v, err
+		return v, t, err
 	}
 	twin := *l
 	twin.KeySet = twinsOf(l.KeySet)
-	return f.twins.Learn(ctx, &twin, now, want, rec, ttl, c)
+	return f.twins.Learn(ctx, &twin, op)
 }

@@ -144,42 +144,90 @@ type learnedKey struct {
 	// come (out), and those waiting to take one, first come first served.
 	gmu   sync.Mutex
 	out   int
+	limit int // the last limit computed (gateSpan of the learned rate)
 	queue []chan struct{}
-	outs  [learnWindow]answer // a ring of the last responses, by arrival
-	n     int                 // responses recorded
+	// This process's tallies of the partner's answers by departure
+	// bucket (store.TallyWidth): mine, its own of the last
+	// store.TallyLife; pend, those not yet added to the fleet's.
+	mine map[int64]store.Tally
+	pend map[int64]store.Tally
 }
 
-// answer is one response: its request's departure (ms) and whether the
-// partner accepted it.
-type answer struct {
-	dep float64
-	ok  bool
-}
-
-// learnWindow is how many responses a key remembers to measure the share
-// the partner accepted (those of the last second, see learn.Refuse).
-const learnWindow = 256
-
-// record adds a response.
+// record counts a response to a request that departed at dep (ms).
 func (lk *learnedKey) record(dep float64, ok bool) {
-	lk.outs[lk.n%learnWindow] = answer{dep, ok}
-	lk.n++
-}
-
-// share counts the responses to the requests that departed in the second
-// up to dep, and after the record's last change.
-func (lk *learnedKey) share(dep float64) (accepted, answered int) {
-	from := max(dep-1000, lk.st.T0)
-	for i := range min(lk.n, learnWindow) {
-		a := lk.outs[i]
-		if a.dep > from && a.dep <= dep {
-			answered++
-			if a.ok {
-				accepted++
-			}
+	b := int64(dep / store.TallyWidth)
+	if lk.mine == nil {
+		lk.mine, lk.pend = map[int64]store.Tally{}, map[int64]store.Tally{}
+	}
+	for _, m := range []map[int64]store.Tally{lk.mine, lk.pend} {
+		t := m[b]
+		t.Bucket = b
+		t.Answered++
+		if ok {
+			t.Accepted++
+		}
+		m[b] = t
+	}
+	oldest := int64((dep - store.TallyLife) / store.TallyWidth)
+	for k := range lk.mine {
+		if k < oldest {
+			delete(lk.mine, k)
 		}
 	}
-	return accepted, answered
+}
+
+// drain returns the tallies not yet added to the fleet's, and forgets
+// them (undrain puts them back when the store call fails).
+func (lk *learnedKey) drain() []store.Tally {
+	if len(lk.pend) == 0 {
+		return nil
+	}
+	out := make([]store.Tally, 0, len(lk.pend))
+	for _, t := range lk.pend {
+		out = append(out, t)
+	}
+	clear(lk.pend)
+	return out
+}
+
+func (lk *learnedKey) undrain(ts []store.Tally) {
+	for _, t := range ts {
+		p := lk.pend[t.Bucket]
+		p.Bucket, p.Accepted, p.Answered = t.Bucket, p.Accepted+t.Accepted, p.Answered+t.Answered
+		lk.pend[t.Bucket] = p
+	}
+}
+
+// acceptedRate measures the partner for a refusal of a request that
+// departed at dep, ms: the rate it accepted, fleet-wide, in the second
+// that ended a bucket before dep's bucket began (the other processes add
+// their answers at least every learnEvery while they send: a bucket is
+// read once they have), read from the store with this process's answers
+// added; this process's own when the store cannot answer; -1 with fewer
+// than learn.MinSample answers.
+func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learnedKey, dep, ms float64) float64 {
+	to := int64(dep/store.TallyWidth) - 2
+	from := to - int64(1000/store.TallyWidth) + 1
+	add := lk.drain()
+	_, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: math.MaxUint64, Add: add, From: max(from, 1)})
+	if err != nil {
+		lk.undrain(add)
+		ts = make([]store.Tally, 0, len(lk.mine))
+		for _, t := range lk.mine {
+			ts = append(ts, t)
+		}
+	}
+	var accepted, answered int64
+	for _, t := range ts {
+		if t.Bucket >= from && t.Bucket <= to {
+			accepted += t.Accepted
+			answered += t.Answered
+		}
+	}
+	if answered < learn.MinSample {
+		return -1
+	}
+	return float64(accepted) * 1000 / (float64(to-from+1) * store.TallyWidth)
 }
 
 func newLearner(l *Learning) *learner {
@@ -285,8 +333,10 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 		}
 		rate := st.Rate(ms, p)
 		cl := &store.LearnClamp{Now: ms, Interval: 1000/rate + s.marginMs(c, lk), Span: algorithms.DurationMillis(learnClampSpan)}
-		cur, err := s.store.Learn(context.WithoutCancel(ctx), l, ms, lk.st.Ver, rec, s.learner.ttl, cl)
+		add := lk.drain()
+		cur, _, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: s.learner.ttl, Clamp: cl, Add: add})
 		if err != nil {
+			lk.undrain(add)
 			lk.next.Store(now.Add(learnRetry).UnixNano())
 			return false, err
 		}
@@ -367,7 +417,14 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 	lk.mu.Lock()
 	lk.record(dep, !fb.Refused)
 	before := lk.st
-	_, err := s.learnUpdate(ctx, c, key, lk, now, func(st *learn.State) bool {
+	ks, err := s.keysOf(c, key)
+	if err != nil {
+		lk.mu.Unlock()
+		return err
+	}
+	l := &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}
+	accepted, measured := -1.0, false
+	_, err = s.learnUpdate(ctx, c, key, lk, now, func(st *learn.State) bool {
 		changed := false
 		if fb.Policy != (Rate{}) {
 			life := max(2*fb.Policy.Period, time.Minute)
@@ -376,9 +433,11 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 		if fb.HasRemaining && fb.Reset > 0 {
 			changed = st.Capped(ms, float64(fb.Remaining), algorithms.DurationMillis(min(fb.Reset, MaxPause)), p) || changed
 		}
-		if fb.Refused {
-			accepted, answered := lk.share(dep)
-			changed = st.Refuse(ms, dep, accepted, answered, p) || changed
+		if fb.Refused && st.Event != learn.None && dep >= st.T0 && !(st.Event == learn.Refused && dep < st.T0+learn.Hold) {
+			if !measured { // one read, however often the record changes under us
+				accepted, measured = s.acceptedRate(ctx, l, lk, dep, ms), true
+			}
+			changed = st.Refuse(ms, dep, accepted, p) || changed
 		}
 		if pause > 0 {
 			changed = st.Pause(ms, algorithms.DurationMillis(pause), p) || changed
@@ -465,7 +524,7 @@ func (s *Shaper) learned(ctx context.Context, c *contract, key string) (*Learned
 	lk := s.learner.key(key, now)
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	cur, err := s.store.Learn(ctx, &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, ms, math.MaxUint64, "", 0, nil)
+	cur, _, err := s.store.Learn(ctx, &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, &store.LearnOp{Now: ms, Want: math.MaxUint64})
 	if err != nil {
 		return nil, err
 	}
@@ -508,11 +567,16 @@ func (l *learner) gate(ctx context.Context, s *Shaper, key string) (func(), erro
 	lk := l.key(key, now)
 	ms := algorithms.Millis(now)
 	c := s.live()
+	// The fleet's record, read again when due: the gate admits by the
+	// rate in force, not by the one this process read last.
+	s.learnSync(ctx, c, key, now)
 	lk.mu.Lock()
 	rate := lk.st.Rate(ms, l.params(c))
 	lk.mu.Unlock()
 	limit := max(1, int(math.Ceil(rate*gateSpan.Seconds())))
 	lk.gmu.Lock()
+	lk.limit = limit
+	lk.admitLocked()
 	if lk.out < limit && len(lk.queue) == 0 {
 		lk.out++
 		lk.gmu.Unlock()
@@ -532,7 +596,7 @@ func (l *learner) gate(ctx context.Context, s *Shaper, key string) (func(), erro
 	lk.queue = append(lk.queue, ch)
 	lk.gmu.Unlock()
 	select {
-	case <-ch: // leave handed its place over: out counts us already
+	case <-ch: // admitted: out counts us already
 		return lk.leave, nil
 	case <-ctx.Done():
 		lk.gmu.Lock()
@@ -541,7 +605,7 @@ func (l *learner) gate(ctx context.Context, s *Shaper, key string) (func(), erro
 			lk.queue = slices.Delete(lk.queue, i, i+1)
 			return nil, ctx.Err()
 		}
-		// Handed a place as ctx ended: pass it on.
+		// Admitted as ctx ended: pass the place on.
 		lk.leaveLocked()
 		return nil, ctx.Err()
 	}
@@ -555,13 +619,19 @@ func (lk *learnedKey) leave() {
 }
 
 func (lk *learnedKey) leaveLocked() {
-	if len(lk.queue) > 0 {
+	lk.out--
+	lk.admitLocked()
+}
+
+// admitLocked lets waiting requests in while fewer than the limit hold a
+// slot (the limit grows with the learned rate).
+func (lk *learnedKey) admitLocked() {
+	for lk.out < max(lk.limit, 1) && len(lk.queue) > 0 {
 		ch := lk.queue[0]
 		lk.queue = lk.queue[1:]
-		close(ch) // out stays: the place passes to it
-		return
+		lk.out++
+		close(ch)
 	}
-	lk.out--
 }
 
 // MarginSpan is how long a margin set by Space holds: a caller renews it
@@ -585,8 +655,8 @@ var _ Spacer = (*Shaper)(nil)
 // the HTTP client) and a late departure followed by an on-time one would
 // otherwise arrive too close. The margin is at most a tenth of the
 // interval. It applies to a strict contract only (every dimension of
-// burst 1); a burst contract tolerates the lateness already, and Space
-// does nothing. It never loosens a partner's clamp in force (see Clamp);
+// burst 1) of at least MinSpacedInterval (50/s or slower); a burst
+// contract tolerates the lateness already, and Space does nothing. It never loosens a partner's clamp in force (see Clamp);
 // on a learning shaper the learned rate's clamp carries the margin.
 // Package transport calls it for every key it sends on
 // (transport.WithSpacingMargin).
@@ -624,14 +694,21 @@ func (s *Shaper) Space(ctx context.Context, key string, margin time.Duration) er
 	}
 	ms := algorithms.Millis(now)
 	st := startStore(ctx)
-	_, err = s.store.Learn(ctx, &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, ms, 0, "", 0,
-		&store.LearnClamp{Now: ms, Interval: algorithms.DurationMillis(interval + m), Span: algorithms.DurationMillis(MarginSpan), Tighter: true})
+	_, _, err = s.store.Learn(ctx, &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, &store.LearnOp{Now: ms,
+		Clamp: &store.LearnClamp{Now: ms, Interval: algorithms.DurationMillis(interval + m), Span: algorithms.DurationMillis(MarginSpan), Tighter: true}})
 	st.done("clamp", err)
 	return err
 }
 
+// MinSpacedInterval is the shortest interval Space keeps a margin on: a
+// partner that measures arrivals in whole milliseconds cannot hold a
+// faster contract strictly (a millisecond of lateness is a tenth of it),
+// and a margin there would cost a tenth of the rate for nothing.
+const MinSpacedInterval = 20 * time.Millisecond
+
 // strictInterval is the interval between requests of cost 1 contract c
-// allows, when every dimension is strict (burst 1).
+// allows, when every dimension is strict (burst 1) and it is at least
+// MinSpacedInterval.
 func strictInterval(c *contract) (time.Duration, bool) {
 	var longest time.Duration
 	for _, d := range c.dims {
@@ -640,5 +717,5 @@ func strictInterval(c *contract) (time.Duration, bool) {
 		}
 		longest = max(longest, d.rate.Period/time.Duration(d.rate.Count))
 	}
-	return longest, longest > 0
+	return longest, longest >= MinSpacedInterval
 }

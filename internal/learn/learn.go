@@ -69,8 +69,8 @@ const (
 	Double    = 2000.0 // the probe: the rate doubles in Double, then every Double/2.4, faster and faster (2^(t/Double)^2)
 	SlowStart = 1000.0 // before any refusal, the rate doubles this often
 	Hold      = 1000.0 // a refusal of a request that departed within Hold of a change changes nothing
-	// MinSample is how many responses of the last second a share of
-	// accepted requests needs before a decrease trusts it.
+	// MinSample is how many answers the last second needs before a
+	// decrease trusts the rate the partner accepted in it.
 	MinSample = 5
 )
 
@@ -88,7 +88,7 @@ type State struct {
 	Base      float64 // the rate at T0
 	Max       float64 // the rate the partner was last found to accept (0: unknown, slow start)
 	Level     int     // the refusals in a row that found the same Max (0..MaxLevel)
-	Prev      float64 // Max before the last refusal that was not a refinement (0: none)
+	Prev      float64 // Max before the last refusal (0: none)
 	PrevLevel int     // Level then
 	T0        float64 // the instant of the last change
 	Event     Event   // what made it
@@ -144,36 +144,32 @@ func Start(ver uint64, now float64, p Params) State {
 }
 
 // Refuse applies a refusal (429, 503) of a request that departed at
-// departed. accepted and answered count the responses of the reporting
-// process to the requests that departed in the second before it, after
-// the last change: the share accepted/answered of the rate they were sent
-// at is what the partner took (trusted from MinSample responses; else
-// Beta of it). A refusal of a request that departed before the last
-// change says nothing of the rate in force and changes nothing; within
-// Hold after it, only a sampled share below Beta does: the partner still
-// refuses a tenth of the requests sent at the lowered rate (the first
-// refusal of an overload sees mostly the requests before it, the next
-// ones the overload itself). So one overload
-// lowers the rate once or twice, however many refusals it draws. It
-// reports whether s changed.
-func (s *State) Refuse(now, departed float64, accepted, answered int, p Params) bool {
+// departed. accepted is the rate the partner accepted, fleet-wide, in the
+// last complete second before it (requests per second; < 0 when not
+// known): while it refuses, that is its limit. The rate found is that,
+// within half the rate in force and the rate itself (a sample polluted by
+// slots taken before a change, or by a second the partner was not yet
+// overloaded, never takes more than half in one step, as AIMD's decrease;
+// unknown, it is Beta of the rate). A refusal of a request that departed
+// before the last change says nothing of the rate in force, and one
+// within Hold after a refusal's change is the same overload: neither
+// changes anything, so one overload lowers the rate once a second at
+// most, however many refusals it draws. It reports whether s changed.
+func (s *State) Refuse(now, departed, accepted float64, p Params) bool {
 	if s.Event != None && departed < s.T0 {
 		return false
 	}
-	r := s.Rate(departed, p)
-	sampled := answered >= MinSample && accepted <= answered
-	found := r * Beta
-	if sampled {
-		found = r * float64(accepted) / float64(answered)
-	}
-	found = clampRate(found, p)
-	refine := s.Event == Refused && departed < s.T0+Hold
-	if s.Event != None && departed < s.T0+Hold && !(refine && sampled && found < Beta*r) {
+	if s.Event == Refused && departed < s.T0+Hold {
 		return false
 	}
-	if !refine { // a new overload: Level compares with the Max before it
-		s.Prev, s.PrevLevel = s.Max, s.Level
+	r := s.Rate(departed, p)
+	found := r * Beta
+	if accepted >= 0 {
+		found = min(max(accepted, r/2), r)
 	}
+	found = clampRate(found, p)
+	// A new overload: Level compares with the Max before it.
+	s.Prev, s.PrevLevel = s.Max, s.Level
 	level := 0
 	if s.Prev > 0 && math.Abs(found-s.Prev) <= Same*s.Prev {
 		level = min(s.PrevLevel+1, MaxLevel)

@@ -11,7 +11,7 @@ var p = Params{Floor: 1, Ceiling: 200, Start: 10}
 func TestEncodingRoundTrips(t *testing.T) {
 	t.Parallel()
 	st := Start(0, 1000, p)
-	if !st.Refuse(5000, 4000, 20, 40, p) {
+	if !st.Refuse(5000, 4000, 20, p) {
 		t.Fatal("a refusal after the start changed nothing")
 	}
 	st.Advertise(6000, 30, 66000, p)
@@ -42,8 +42,8 @@ func TestSlowStart(t *testing.T) {
 	}
 }
 
-// A partner whose limit halves is matched in one step: the share of the
-// last second's requests it accepted, times the rate they were sent at.
+// A partner whose limit halves is matched in one step: the rate it
+// accepted in the last second.
 func TestAShareFindsTheLimitInOneStep(t *testing.T) {
 	t.Parallel()
 	st := State{Ver: 3, Base: 40, Max: 40 / Keep, Level: 1, T0: 0, Event: Advertised}
@@ -51,13 +51,13 @@ func TestAShareFindsTheLimitInOneStep(t *testing.T) {
 	if r := st.Rate(at, p); math.Abs(r-40) > 1e-9 {
 		t.Fatalf("plateau rate %v, want 40", r)
 	}
-	// Not enough of a sample: Beta of the rate.
+	// Not measured: Beta of the rate.
 	few := st
-	few.Refuse(at, at, 1, 2, p)
+	few.Refuse(at, at, -1, p)
 	if math.Abs(few.Max-40*Beta) > 1e-9 {
 		t.Fatalf("Max after a refusal with 2 answers = %v, want %v", few.Max, 40*Beta)
 	}
-	if !st.Refuse(at, at, 20, 40, p) {
+	if !st.Refuse(at, at, 20, p) {
 		t.Fatal("the refusal changed nothing")
 	}
 	if math.Abs(st.Max-20) > 1e-9 || math.Abs(st.Rate(at, p)-20*Beta) > 1e-9 || st.Event != Refused || st.Ver != 4 {
@@ -70,24 +70,29 @@ func TestAShareFindsTheLimitInOneStep(t *testing.T) {
 }
 
 // A refusal of a request that departed before the last change changes
-// nothing; within Hold only a sampled share well below Max does.
+// nothing, nor one within Hold of a refusal's change; and one step never
+// takes more than half the rate, whatever the sample says.
 func TestOneOverloadLowersTheRateOnce(t *testing.T) {
 	t.Parallel()
 	st := State{Ver: 1, Base: 100, Max: 100, T0: 0, Event: Refused}
 	at := 30_000.0
-	st.Refuse(at, at, 50, 50, p) // only refused: found = rate
+	r := st.Rate(at, p)
+	if !st.Refuse(at, at, 0, p) || math.Abs(st.Max-r/2) > 1e-9 {
+		t.Fatalf("a refusal measuring nothing accepted: Max %v, want half the rate %v", st.Max, r/2)
+	}
 	v := st.Ver
-	if st.Refuse(at+10, at-1, 0, 10, p) {
+	if st.Refuse(at+10, at-1, 1, p) {
 		t.Fatal("a refusal of a request that departed before the change changed the rate")
 	}
-	if st.Refuse(at+20, at+5, 37, 40, p) {
-		t.Fatal("a refusal within Hold of 3 in 40 requests sent at the lowered rate changed it")
+	if st.Refuse(at+300, at+250, 1, p) || st.Ver != v {
+		t.Fatal("a refusal within Hold of the last changed the rate")
 	}
-	if !st.Refuse(at+300, at+250, 2, 10, p) || st.Ver != v+1 {
-		t.Fatal("a refusal within Hold whose share finds the partner far slower changed nothing")
+	if !st.Refuse(at+2000, at+Hold+1, 60, p) || st.Max != 60 {
+		t.Fatalf("a refusal after Hold: Max %v, want the 60 accepted", st.Max)
 	}
-	if !st.Refuse(at+2000, at+Hold+1, 5, 10, p) {
-		t.Fatal("a refusal after Hold changed nothing")
+	r = st.Rate(at+3001, p)
+	if !st.Refuse(at+4000, at+3001, 500, p) || st.Max > r {
+		t.Fatalf("a sample above the rate in force (%v) raised it: Max %v", r, st.Max)
 	}
 }
 
@@ -147,7 +152,7 @@ func TestAPauseResumesWhereItWas(t *testing.T) {
 			t.Fatalf("Rate(%v) after the pause = %v, want %v", at, got, r)
 		}
 	}
-	if st.Refuse(16_000, 14_000, 0, 10, p) {
+	if st.Refuse(16_000, 14_000, 0, p) {
 		t.Fatal("a refusal of a request sent before the pause's end changed the rate")
 	}
 }
@@ -171,8 +176,7 @@ func TestRandomFeedbackKeepsTheBounds(t *testing.T) {
 					st, changed = Start(st.Ver, now, p), true
 				}
 			case 1:
-				n := rng.IntN(30)
-				changed = st.Refuse(now, now-rng.Float64()*3000, rng.IntN(n+1), n, p)
+				changed = st.Refuse(now, now-rng.Float64()*3000, rng.Float64()*300-50, p)
 			case 2:
 				changed = st.Advertise(now, rng.Float64()*300, now+rng.Float64()*60_000, p)
 			case 3:

@@ -20,13 +20,41 @@ type LearnClamp struct {
 	Tighter bool
 }
 
+// TallyWidth is the width of a Tally's bucket, in ms.
+const TallyWidth = 250.0
+
+// TallyLife is how long a key's tallies live after their last write, in
+// ms: the buckets older than it are dropped.
+const TallyLife = 3000.0
+
+// Tally counts the partner's answers to the requests of a key that
+// departed in one bucket: the TallyWidth ms from Bucket*TallyWidth.
+type Tally struct {
+	Bucket   int64
+	Accepted int64
+	Answered int64
+}
+
+// LearnOp is one call of Learning.Learn: a record to compare and write,
+// a clamp to set, this process's tallies to add and the fleet's to read.
+type LearnOp struct {
+	Now   float64     // ms on the shaper's clock
+	Want  uint64      // the version the caller read (learn.Version): a mismatch writes nothing but the tallies
+	Rec   string      // the record to write ("" none)
+	TTL   float64     // its life, ms
+	Clamp *LearnClamp // the clamp to set with it (nil none)
+	Add   []Tally     // this process's answers since its last call
+	From  int64       // read the fleet's tallies of the buckets from this one on (0: none)
+}
+
 // Learning is the part of the store contract that keeps what the shapers
 // under a prefix learned of each partner key, fleet-wide.
 type Learning interface {
-	// Learn reads l's record at now (ms on the shaper's clock). When
-	// its version (learn.Version) is want, it writes rec (unless "") to
-	// live ttl ms, then sets c (unless nil) on l's keys as Clamp does;
-	// otherwise it writes nothing. It returns the record in force after
-	// the call ("" when none).
-	Learn(ctx context.Context, l *Learned, now float64, want uint64, rec string, ttl float64, c *LearnClamp) (string, error)
+	// Learn adds op.Add to l's tallies, then reads l's record. When its
+	// version (learn.Version) is op.Want, it writes op.Rec (unless "")
+	// and sets op.Clamp (unless nil) on l's keys as Clamp does. It
+	// returns the record in force after the call ("" when none) and,
+	// when op.From > 0, the fleet's tallies of the buckets from op.From,
+	// in bucket order.
+	Learn(ctx context.Context, l *Learned, op *LearnOp) (string, []Tally, error)
 }

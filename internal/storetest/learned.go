@@ -75,9 +75,18 @@ func Learned(t *testing.T, c Candidate) {
 				st, serr := plain.Status(bg, key, 1)
 				line += ErrText(err) + fmt.Sprintf(" next %v %s", st.Next.Sub(clk.Now()), ErrText(serr))
 			case 2:
-				fb := shaper.Feedback{Departed: clk.Now().Add(-time.Duration(rng.IntN(3000)) * time.Millisecond), Refused: rng.IntN(3) > 0}
-				err := s.Learn(bg, key, fb)
-				line += fmt.Sprintf("learn %+v %s", fb.Refused, ErrText(err))
+				// A burst of answers across the last second and a half,
+				// so that a refusal finds the fleet's tallies to measure
+				// by (at least learn.MinSample answers).
+				line += "learn"
+				for j := range 1 + rng.IntN(12) {
+					fb := shaper.Feedback{Departed: clk.Now().Add(-time.Duration(rng.IntN(1500)) * time.Millisecond), Refused: rng.IntN(3) == 0}
+					if j == 0 {
+						fb.Departed = clk.Now()
+					}
+					err := fleet[rng.IntN(2)].Learn(bg, key, fb)
+					line += fmt.Sprintf(" %v:%s", fb.Refused, ErrText(err))
+				}
 			case 3:
 				fb := shaper.Feedback{Policy: shaper.Rate{Count: int64(1 + rng.IntN(60)), Period: time.Duration(1+rng.IntN(3)) * time.Second}}
 				err := s.Learn(bg, key, fb)
