@@ -40,6 +40,10 @@ type scale struct {
 	fleetFor  time.Duration
 	fleetN    int
 	keysBig   int
+	// learning a hidden limit (adaptive_test.go): each phase's length,
+	// and the processes
+	learnPhase time.Duration
+	learnN     int
 	// giveBack: settling and cancelled slots (settle_test.go)
 	cancelWaiters int
 	giveBackFor   time.Duration
@@ -47,10 +51,10 @@ type scale struct {
 }
 
 var full = scale{runs: 3, benchtime: "1s", pacing: 3 * time.Second, rates: []int{100, 1000, 5000}, waiters: []int{1, 16},
-	redisFor: 2 * time.Second, fleetFor: 5 * time.Second, fleetN: 4, keysBig: 1_000_000,
+	redisFor: 2 * time.Second, fleetFor: 5 * time.Second, fleetN: 4, keysBig: 1_000_000, learnPhase: 20 * time.Second, learnN: 4,
 	cancelWaiters: 1000, giveBackFor: 15 * time.Second, giveBackWarm: 5 * time.Second}
 var smoke = scale{runs: 1, benchtime: "2000x", pacing: 300 * time.Millisecond, rates: []int{1000}, waiters: []int{1},
-	redisFor: 200 * time.Millisecond, fleetFor: time.Second, fleetN: 2, keysBig: 20_000,
+	redisFor: 200 * time.Millisecond, fleetFor: time.Second, fleetN: 2, keysBig: 20_000, learnPhase: 3 * time.Second, learnN: 2,
 	cancelWaiters: 100, giveBackFor: 1500 * time.Millisecond, giveBackWarm: 500 * time.Millisecond}
 
 func median(xs []float64) float64 {
@@ -100,6 +104,7 @@ func TestReport(t *testing.T) {
 	r.inflight(t)
 	r.fair(t)
 	r.fleet(t)
+	r.adaptive(t)
 	r.printf("\n## Targets missed\n\n")
 	if len(r.fail) == 0 {
 		r.printf("None.\n")
@@ -114,7 +119,7 @@ func TestReport(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pacing.svg"), []byte(r.svg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## In-process", "## Keyed", "## Pacing", "## Settle and cancel", "## Redis", "## In-flight on Redis", "## Fair turns", "## Fleet"} {
+	for _, want := range []string{"## In-process", "## Keyed", "## Pacing", "## Settle and cancel", "## Redis", "## In-flight on Redis", "## Fair turns", "## Fleet", "## Learning a hidden limit"} {
 		if !strings.Contains(r.md.String(), want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -200,13 +200,13 @@ func (lk *learnedKey) undrain(ts []store.Tally) {
 
 // acceptedRate measures the partner for a refusal of a request that
 // departed at dep, ms: the rate it accepted, fleet-wide, in the second
-// that ended a bucket before dep's bucket began (the other processes add
-// their answers at least every learnEvery while they send: a bucket is
-// read once they have), read from the store with this process's answers
+// that ended two buckets before dep's bucket began (the other processes
+// add their answers at least every learnEvery while they send: a bucket
+// is read once they have), read from the store with this process's answers
 // added; this process's own when the store cannot answer; -1 with fewer
 // than learn.MinSample answers.
 func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learnedKey, dep, ms float64) float64 {
-	to := int64(dep/store.TallyWidth) - 2
+	to := int64(dep/store.TallyWidth) - 3
 	from := to - int64(1000/store.TallyWidth) + 1
 	add := lk.drain()
 	_, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: math.MaxUint64, Add: add, From: max(from, 1)})
@@ -332,7 +332,7 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 			return false, nil // nothing to write, and the clamp is fresh
 		}
 		rate := st.Rate(ms, p)
-		cl := &store.LearnClamp{Now: ms, Interval: 1000/rate + s.marginMs(c, lk), Span: algorithms.DurationMillis(learnClampSpan)}
+		cl := &store.LearnClamp{Now: ms, Interval: 1000/rate + s.marginMs(c, lk, rate), Span: algorithms.DurationMillis(learnClampSpan)}
 		add := lk.drain()
 		cur, _, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: s.learner.ttl, Clamp: cl, Add: add})
 		if err != nil {
@@ -360,15 +360,21 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 	return false, last
 }
 
-// marginMs is the margin Space set on lk, in ms, under contract c: none
-// on a burst contract, at most a tenth of its interval.
-func (s *Shaper) marginMs(c *contract, lk *learnedKey) float64 {
+// marginMs is the margin Space set on lk, in ms, for a learned rate of
+// rate per second under contract c: none on a burst contract or a rate
+// faster than MinSpacedInterval, at most a tenth of the learned interval.
+func (s *Shaper) marginMs(c *contract, lk *learnedKey, rate float64) float64 {
 	m := time.Duration(lk.margin.Load())
 	if m <= 0 {
 		return 0
 	}
-	interval, ok := strictInterval(c)
-	if !ok {
+	for _, d := range c.dims {
+		if d.rate.burst() > 1 {
+			return 0
+		}
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	if interval < MinSpacedInterval {
 		return 0
 	}
 	return algorithms.DurationMillis(min(m, interval/10))
@@ -674,17 +680,17 @@ func (s *Shaper) Space(ctx context.Context, key string, margin time.Duration) er
 		return nil
 	}
 	c := s.live()
+	now := s.cfg.clock.Now()
+	if s.learner != nil { // the learned clamp carries it, by the learned interval (marginMs)
+		lk := s.learner.key(key, now)
+		lk.margin.Store(int64(margin))
+		return nil
+	}
 	interval, ok := strictInterval(c)
 	if !ok {
 		return nil
 	}
 	m := min(margin, interval/10)
-	now := s.cfg.clock.Now()
-	if s.learner != nil {
-		lk := s.learner.key(key, now)
-		lk.margin.Store(int64(m))
-		return nil
-	}
 	if m <= 0 {
 		return nil
 	}

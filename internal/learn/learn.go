@@ -150,7 +150,7 @@ func Start(ver uint64, now float64, p Params) State {
 // within half the rate in force and the rate itself (a sample polluted by
 // slots taken before a change, or by a second the partner was not yet
 // overloaded, never takes more than half in one step, as AIMD's decrease;
-// unknown, it is Beta of the rate). A refusal of a request that departed
+// unknown, it is half the rate). A refusal of a request that departed
 // before the last change says nothing of the rate in force, and one
 // within Hold after a refusal's change is the same overload: neither
 // changes anything, so one overload lowers the rate once a second at
@@ -163,7 +163,7 @@ func (s *State) Refuse(now, departed, accepted float64, p Params) bool {
 		return false
 	}
 	r := s.Rate(departed, p)
-	found := r * Beta
+	found := r / 2 // not measured: AIMD's halving
 	if accepted >= 0 {
 		found = min(max(accepted, r/2), r)
 	}
