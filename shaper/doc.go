@@ -28,14 +28,18 @@
 // requests waiting on its key, fleet-wide, instead of arrival order
 // (docs/FAIRNESS.md). SetRate and SetMaxQueue
 // change a running shaper's contract, and every process sharing its Redis
-// budget follows. Bad input gets a typed error and writes nothing; a done
-// ctx returns ctx.Err() unchanged. Shapers and stores are safe for
-// concurrent use.
+// budget follows. WithLearning makes a shaper learn each key's rate from
+// its partner's feedback (Learn, which package transport calls for every
+// response), below its own contract, fleet-wide (docs/LEARNING.md); Space
+// keeps a margin between a strict contract's departures, for a partner
+// that measures their spacing strictly. Bad input gets a typed error and
+// writes nothing; a done ctx returns ctx.Err() unchanged. Shapers and
+// stores are safe for concurrent use.
 //
 // Package transport paces an http.Client, package queue runs a paced worker
 // pool, and package otelshaper records metrics and traces. Each takes a
 // Reserver: a *Shaper, or Route's choice of one per key. The transport and
 // otelshaper use a Reserver's optional capabilities (Acquirer, StatusReader,
-// Clamper) when it has them. The docs/ folder says what each algorithm
-// guarantees and how a fleet shares a budget.
+// Clamper, Learner, Spacer) when it has them. The docs/ folder says what
+// each algorithm guarantees and how a fleet shares a budget.
 package shaper

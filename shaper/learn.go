@@ -73,7 +73,7 @@ type Feedback struct {
 	// nothing of the rate in force, and changes nothing.
 	Departed time.Time
 	// Refused says the partner refused the request for its rate: a 429,
-	// or a 503.
+	// or a 503 with Retry-After (as transport.Feedback reads them).
 	Refused bool
 	// Pause is how long the partner asks everyone to wait (Retry-After,
 	// or headers saying nothing remains before their reset).
@@ -100,16 +100,20 @@ var _ Learner = (*Shaper)(nil)
 type Learned struct {
 	// Rate is the rate in force, in requests per second.
 	Rate float64
-	// Found is the rate the partner was last found to accept (0: not yet
-	// known: the rate doubles every second until a refusal).
+	// Found is the rate the partner was last found (a refusal) or said
+	// (a policy) to accept (0: not yet known: the rate doubles every
+	// second until a refusal or a policy); the rate then holds 0.97 of
+	// a rate found, all of a rate said.
 	Found float64
 	// Policy is the rate the partner states, while its statement holds
 	// (0: none).
 	Policy float64
 	// Event is what last changed the rate: "started", "refused",
-	// "advertised", "remaining" or "paused".
+	// "advertised", "remaining" or "paused"; "none" before the key's
+	// first reservation or feedback.
 	Event string
-	// Changed is when it changed, on the shaper's clock.
+	// Changed is when it changed, on the shaper's clock (for "paused",
+	// the pause's end: the rate resumes from it).
 	Changed time.Time
 }
 
@@ -540,6 +544,9 @@ func (s *Shaper) learned(ctx context.Context, c *contract, key string) (*Learned
 	}
 	st := lk.st
 	out := &Learned{Rate: st.Rate(ms, p), Found: st.Max, Event: st.Event.String()}
+	if st.Event == learn.Advertised {
+		out.Found = st.Policy // Max is the policy over learn.Keep: the plateau holds the policy itself
+	}
 	if st.Event == learn.None {
 		out.Event = "none"
 		return out, nil

@@ -8,9 +8,17 @@
 // By default requests are keyed by host and cost 1 (WithKey, WithCost). A
 // request whose departure would fall after its context's deadline is not sent:
 // it fails at once with an error matching context.DeadlineExceeded and its slot
-// is given back. A 429 or 503 with Retry-After, or rate-limit headers saying
-// nothing is left, pause the key, for every process sharing the store
-// (WithFeedback). NewRetryableClient composes all of this with
+// is given back. Every response is the partner's feedback (Feedback, given
+// to shaper.Shaper.Learn; WithFeedback): a 429 or 503 with Retry-After, or
+// rate-limit headers saying nothing is left, pause the key, for every
+// process sharing the store; headers saying few requests are left clamp it;
+// a shaper made with shaper.WithLearning learns the key's rate from them
+// (docs/LEARNING.md). ParseLimits reads every rate-limit header dialect:
+// the IETF draft's RateLimit-Policy and RateLimit, the older RateLimit-*
+// forms, X-RateLimit-* and GitHub's, OpenAI's and Anthropic's. On a strict
+// contract (burst 1) the transport keeps a margin between departures, for
+// a partner that measures their spacing strictly (WithSpacingMargin,
+// DefaultSpacingMargin). NewRetryableClient composes all of this with
 // hashicorp/go-retryablehttp.
 //
 // On a shaper with an in-flight dimension (shaper.Dimension.InFlight) a
