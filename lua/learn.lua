@@ -10,7 +10,7 @@
 --   write ('' writes none); ARGV[3]: its life in ms; ARGV[4]: the clamp's
 --   now in ms ('' for TIME, '-' sets no clamp); ARGV[5]: the clamp's
 --   interval; ARGV[6]: its span in ms; ARGV[7]: '1' to leave a key whose
---   clamp in force spaces departures at least as far apart; ARGV[8]: the
+--   clamp in force spaces departures further apart; ARGV[8]: the
 --   oldest bucket kept (older ones are dropped); ARGV[9]: the first bucket
 --   to read ('0': none); ARGV[10]: the tallies' life in ms; ARGV[11]: how
 --   many tallies to add, then per tally its bucket, accepted and answered.

@@ -634,7 +634,8 @@ end
 -- departure reserved under the clamp; a clamp replaces the one before it,
 -- whose next slot, if it falls within its window, moves to the new
 -- interval after the departure before it. With tighter, a key whose clamp
--- in force spaces departures at least as far apart keeps it. It returns
+-- in force spaces departures further apart keeps it (one as far apart is
+-- renewed: a margin's own). It returns
 -- the clamp's end as a string, or the error reply of a key it cannot use
 -- (having written nothing).
 local function set_clamp(from, now, interval, span, tighter)
@@ -650,7 +651,7 @@ local function set_clamp(from, now, interval, span, tighter)
       if now < c[3] and c[1] > now and c[1] < c[3] then -- its next slot, within its window, moved to the new interval
         nexts[i] = math.max(now, c[1] - c[2] + interval)
       end
-      keep[i] = tighter and now < c[3] and c[2] >= interval
+      keep[i] = tighter and now < c[3] and c[2] > interval
     end
   end
   local ttl = math.ceil(endv - now)

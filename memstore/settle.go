@@ -186,13 +186,14 @@ func (m *mem) Clamp(_ context.Context, ks store.KeySet, now, interval, span floa
 }
 
 // clamp is Clamp; with tighter, a key whose clamp in force spaces
-// departures at least interval apart keeps it (store.LearnClamp.Tighter).
+// departures further than interval apart keeps it (store.LearnClamp.Tighter;
+// one exactly as far apart, a margin's own, is renewed).
 func (m *mem) clamp(ks store.KeySet, now, interval, span float64, tighter bool) {
 	keys := ks.Keys
 	m.each(ks, func(_ *memShard, sp *memSpace, _ *store.Dim, i int) {
 		next := now
 		c, ok := sp.clamps[keys[i]]
-		if ok && tighter && now < c.end && c.interval >= interval {
+		if ok && tighter && now < c.end && c.interval > interval {
 			return
 		}
 		if ok && now < c.end && c.next > now && c.next < c.end { // its next slot, within its window, moved to the new interval

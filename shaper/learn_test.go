@@ -410,6 +410,16 @@ func TestSpaceKeepsAMarginAndCancelsGiveItBack(t *testing.T) {
 		if !third.Time().Equal(second.Time()) {
 			t.Fatalf("after a cancel the next slot is %v after the first, want the cancelled one's (%v)", third.Time().Sub(first.Time()), second.Time().Sub(first.Time()))
 		}
+		// Renewed within MarginSpan, the margin outlives its first span.
+		_ = strict.Space(ctx, "r", 2*time.Millisecond)
+		time.Sleep(MarginSpan * 2 / 3)
+		_ = strict.Space(ctx, "r", 2*time.Millisecond)
+		time.Sleep(MarginSpan * 2 / 3)
+		for _, g := range gaps(strict, "r", 3) {
+			if g != 42*time.Millisecond {
+				t.Fatalf("a margin renewed before its span ended has lapsed: gap %v, want 42ms", g)
+			}
+		}
 		if err := strict.Space(ctx, "k", -time.Millisecond); !errors.Is(err, ErrInvalidConfig) {
 			t.Fatalf("a negative margin: %v", err)
 		}

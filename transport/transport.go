@@ -459,6 +459,7 @@ func (t *Transport) learn(ctx context.Context, key string, resp *http.Response, 
 	fb := Feedback(resp, time.Now())
 	fb.Departed = departed
 	fb.Pause = min(fb.Pause, t.maxPause, shaper.MaxPause)
+	fb.Reset = min(fb.Reset, t.maxPause, shaper.MaxPause)
 	// The caller's ctx may end with this response; what it taught must not.
 	ctx = context.WithoutCancel(ctx)
 	if l, ok := t.r.(shaper.Learner); ok {

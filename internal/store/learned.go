@@ -15,8 +15,9 @@ type Learned struct {
 // Now + Span.
 type LearnClamp struct {
 	Now, Interval, Span float64
-	// Tighter leaves a key whose clamp in force spaces departures at
-	// least Interval apart: a margin never loosens a partner's clamp.
+	// Tighter leaves a key whose clamp in force spaces departures
+	// further than Interval apart: a margin never loosens a partner's
+	// clamp (and renews its own).
 	Tighter bool
 }
 
