@@ -155,15 +155,7 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 
 // milliseconds converts a non-negative number of milliseconds to a
 // Duration, saturating.
-func milliseconds(ms float64) time.Duration {
-	if !(ms > 0) {
-		return 0
-	}
-	if ms >= math.MaxInt64/float64(time.Millisecond) {
-		return math.MaxInt64
-	}
-	return time.Duration(ms * float64(time.Millisecond))
-}
+func milliseconds(ms float64) time.Duration { return seconds(ms / 1000) }
 
 // count reads a plain non-negative number (a limit, a remaining count). A
 // number past float64's range saturates.
