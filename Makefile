@@ -10,15 +10,16 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 .PHONY: test test-faults soak fmt-check vet redis examples demo bench bench-raw fuzz cover lint
 
 ## test: gofmt check, go vet, then every test under the race detector (package
-## shaper and the four fleet examples last, one at a time: the model-based
-## test's Redis runs and the fleet's processes are judged on a clock real time
-## drives, and need the machine to themselves). Fuzz
+## shaper, package transport and the four fleet examples last, one at a time:
+## the model-based test's Redis runs, the fleet's processes and the strict
+## nginx partner, which judges arrivals to the millisecond, are judged on a
+## clock real time drives, and need the machine to themselves). Fuzz
 ## targets run their seed corpora (f.Add and testdata/fuzz) as ordinary tests;
 ## every example program is compiled by vet and test. Tests that need Redis
 ## start their own redis-server processes; `redis` installs it if missing.
 test: fmt-check vet redis
-	$(GO) test -race -count=1 -timeout 8m $$($(GO) list ./... | grep -v -e '/shaper$$' -e '/examples/redis-fleet$$' -e '/examples/inflight-fleet$$' -e '/examples/fair-tenants$$' -e '/examples/adaptive$$')
-	$(GO) test -race -count=1 -timeout 8m -p 1 ./shaper ./examples/redis-fleet ./examples/inflight-fleet ./examples/fair-tenants ./examples/adaptive
+	$(GO) test -race -count=1 -timeout 8m $$($(GO) list ./... | grep -v -e '/shaper$$' -e '/examples/redis-fleet$$' -e '/examples/inflight-fleet$$' -e '/examples/fair-tenants$$' -e '/examples/adaptive$$' -e '/transport$$')
+	$(GO) test -race -count=1 -timeout 8m -p 1 ./shaper ./transport ./examples/redis-fleet ./examples/inflight-fleet ./examples/fair-tenants ./examples/adaptive
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 -run TestReport -bench . -benchtime 1x ./...
 	$(MAKE) --no-print-directory examples
 
