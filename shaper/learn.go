@@ -254,10 +254,7 @@ func perSecond(r Rate) float64 { return float64(r.Count) / r.Period.Seconds() }
 // params are the learning's bounds under contract c: its ceiling is the
 // slowest of c's dimensions, in requests of cost 1.
 func (l *learner) params(c *contract) learn.Params {
-	ceil := math.Inf(1)
-	for _, d := range c.dims {
-		ceil = min(ceil, perSecond(d.rate))
-	}
+	ceil := contractRate(c)
 	if math.IsInf(ceil, 1) {
 		ceil = math.MaxFloat64
 	}
@@ -345,7 +342,7 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 			return false, err
 		}
 		if (rec == "" && learn.Version(cur) == st.Ver) || (rec != "" && cur == rec) {
-			s.adoptLearned(lk, st, ms, p)
+			lk.st = st
 			lk.next.Store(now.Add(learnEvery).UnixNano())
 			return changed, nil
 		}
@@ -355,7 +352,7 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 			got = learn.State{Ver: learn.Version(cur)} // a corrupt record is replaced
 			last = fmt.Errorf("%w: key %q: %v", ErrInvalidState, key, perr)
 		}
-		s.adoptLearned(lk, got, ms, p)
+		lk.st = got
 	}
 	lk.next.Store(now.Add(learnEvery).UnixNano())
 	if last == nil {
@@ -382,11 +379,6 @@ func (s *Shaper) marginMs(c *contract, lk *learnedKey, rate float64) float64 {
 		return 0
 	}
 	return algorithms.DurationMillis(min(m, interval/10))
-}
-
-// adoptLearned makes st the record lk holds at ms.
-func (s *Shaper) adoptLearned(lk *learnedKey, st learn.State, ms float64, p learn.Params) {
-	lk.st = st
 }
 
 // Learn takes a partner's feedback on key (see Feedback; package transport
@@ -500,7 +492,7 @@ func (s *Shaper) resumePaced(ctx context.Context, key string, d time.Duration) e
 	if span > MaxPause {
 		return nil
 	}
-	rate := s.learnerOrContract(c)
+	rate := contractRate(c)
 	n := int64(math.Floor(rate * span.Seconds()))
 	if n < 1 {
 		return nil
@@ -508,9 +500,9 @@ func (s *Shaper) resumePaced(ctx context.Context, key string, d time.Duration) e
 	return s.Clamp(ctx, key, n, span)
 }
 
-// learnerOrContract is the rate, per second, of requests of cost 1 the
-// contract c allows (its slowest dimension).
-func (s *Shaper) learnerOrContract(c *contract) float64 {
+// contractRate is the rate, per second, of requests of cost 1 the
+// contract c allows (its slowest dimension; +Inf with none).
+func contractRate(c *contract) float64 {
 	r := math.Inf(1)
 	for _, d := range c.dims {
 		r = min(r, perSecond(d.rate))
@@ -540,7 +532,7 @@ func (s *Shaper) learned(ctx context.Context, c *contract, key string) (*Learned
 	}
 	p := s.learner.params(c)
 	if st, err := learn.Parse(cur); err == nil {
-		s.adoptLearned(lk, st, ms, p)
+		lk.st = st
 	}
 	st := lk.st
 	out := &Learned{Rate: st.Rate(ms, p), Found: st.Max, Event: st.Event.String()}
