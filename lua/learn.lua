@@ -58,7 +58,8 @@ if nadd > 0 or ARGV[9] ~= '0' then
     end
   end
 end
-local ver = string.match(cur, '^(%d+)') or '0'
+local ver = string.match(cur, '^([^ ]*)') or ''
+if not string.match(ver, '^%d+$') then ver = '0' end -- as learn.Version: the first field, a number, else none
 if ver ~= ARGV[1] then return {cur, tallies} end
 if ARGV[4] ~= '-' then
   local r = set_clamp(3, clock(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1')

@@ -70,7 +70,10 @@ func (m *mem) Settle(_ context.Context, st *store.Settlement) error {
 		}
 	})
 	if st.Actual == nil { // a cancel gives back the clamp's slot it was the last to move
-		m.each(st.KeySet, func(_ *memShard, sp *memSpace, _ *store.Dim, i int) {
+		m.each(st.KeySet, func(_ *memShard, sp *memSpace, d *store.Dim, i int) {
+			if d.Kern == nil { // the GCRA family's keys only, as lua/settle.lua, which settles no other
+				return
+			}
 			if c, ok := sp.clamps[keys[i]]; ok && st.Now < c.end && c.next == st.At+c.interval {
 				c.next = st.At
 				sp.clamps[keys[i]] = c

@@ -172,10 +172,17 @@ func (lk *learnedKey) record(dep float64, ok bool) {
 		}
 		m[b] = t
 	}
-	oldest := int64((dep - store.TallyLife) / store.TallyWidth)
-	for k := range lk.mine {
-		if k < oldest {
-			delete(lk.mine, k)
+	lk.prune(int64((dep - store.TallyLife) / store.TallyWidth))
+}
+
+// prune forgets the tallies of the buckets before oldest: the store keeps
+// none older (while it cannot be reached, pend would grow otherwise).
+func (lk *learnedKey) prune(oldest int64) {
+	for _, m := range []map[int64]store.Tally{lk.mine, lk.pend} {
+		for k := range m {
+			if k < oldest {
+				delete(m, k)
+			}
 		}
 	}
 }
@@ -593,7 +600,7 @@ func (l *learner) gate(ctx context.Context, s *Shaper, key string) (func(), erro
 		lk.gmu.Unlock()
 		return nil, s.queueFull(c, key, ahead-c.maxQueue, "")
 	}
-	if dl, ok := ctx.Deadline(); ok && ahead > dl.Sub(now) {
+	if dl, ok := ctx.Deadline(); ok && ahead > time.Until(dl) { // a deadline is on the real clock, as acquire reads it
 		lk.gmu.Unlock()
 		return nil, &DeadlineError{Key: key, Delay: ahead, Deadline: dl}
 	}

@@ -266,6 +266,8 @@ func (t *Transport) space(ctx context.Context, key string) {
 	}
 	if err := sp.Space(context.WithoutCancel(ctx), key, t.margin); err == nil {
 		e.next.Store(now + int64(shaper.MarginSpan/2))
+	} else {
+		e.next.Store(now + int64(time.Second)) // try again in a second, not with every request
 	}
 }
 

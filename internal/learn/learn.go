@@ -219,7 +219,9 @@ func (s *State) Capped(now, remaining, reset float64, p Params) bool {
 	}
 	s.Ver++
 	s.Cap, s.CapEnd = cap, now+reset
-	s.Event = Remaining
+	if s.Event != Refused { // a refusal's event keeps its Hold: one overload, one decrease
+		s.Event = Remaining
+	}
 	return true
 }
 

@@ -224,3 +224,21 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A remaining count that caps the rate right after a refusal (a 429 with
+// rate-limit headers) does not open the refusal's Hold: the overload's
+// next refusal changes nothing.
+func TestACapKeepsARefusalsHold(t *testing.T) {
+	t.Parallel()
+	st := State{Ver: 1, Base: 36, Max: 40, T0: 0, Event: Refused}
+	at := 20_000.0
+	if !st.Refuse(at, at, 30, p) {
+		t.Fatal("the refusal changed nothing")
+	}
+	if !st.Capped(at, 1, 1000, p) || st.Event != Refused {
+		t.Fatalf("after the cap: event %v, want the refusal's", st.Event)
+	}
+	if st.Refuse(at+100, at+50, 10, p) {
+		t.Fatal("a refusal within the Hold of one just capped lowered the rate again")
+	}
+}
