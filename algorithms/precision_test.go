@@ -466,3 +466,48 @@ func TestTokenBucketReadsOtherLayouts(t *testing.T) {
 		t.Fatalf("commit of the earlier layout stores %v", st)
 	}
 }
+
+// TestMinIntervalFigures checks the figures MinInterval's comment gives for
+// what the rounding of the interval costs a backlogged key: the rate each
+// contract runs at is Period over the rounded interval, computed here.
+func TestMinIntervalFigures(t *testing.T) {
+	for _, c := range []struct {
+		count  float64
+		period time.Duration
+		want   float64 // units per period, as the comment gives them
+		digits float64 // to the precision given
+		slow   float64 // relative loss, as given (0: none)
+	}{
+		{1, time.Second, 1, 1e-12, 0},
+		{25, time.Second, 25, 1e-12, 0},
+		{1000, time.Second, 1000, 1e-12, 0},
+		{500, time.Minute, 500, 1e-12, 0},
+		{60, time.Hour, 60, 1e-12, 0},
+		{100000, time.Second, 99902.4, 0.05, 9.8e-4},
+		{10000, time.Second, 9990.2, 0.05, 9.8e-4},
+		{99000, time.Second, 97523.8, 0.05, 1.5e-2},
+		{90000, time.Minute, 89989.0, 0.05, 1.2e-4},
+		{3, time.Second, 2.99999854, 5e-9, 4.9e-7},
+		{7, time.Minute, 6.99999989, 5e-9, 1.6e-8},
+	} {
+		T := intervalUp(c.count, c.period)
+		exact := DurationMillis(c.period) / c.count
+		got := DurationMillis(c.period) / T
+		if math.Abs(got-c.want) > c.digits {
+			t.Errorf("%v per %v runs at %.9f per period backlogged; the comment says %v", c.count, c.period, got, c.want)
+		}
+		slow := (T - exact) / T
+		if c.slow == 0 && slow != 0 || c.slow != 0 && math.Abs(slow-c.slow)/c.slow > 0.05 {
+			t.Errorf("%v per %v runs %.3g slow; the comment says %v", c.count, c.period, slow, c.slow)
+		}
+		if T-exact >= tatStep || T < exact {
+			t.Errorf("%v per %v: interval %v rounded to %v: not up by less than a step", c.count, c.period, exact, T)
+		}
+	}
+	// The worst cases: one step above a whole number of steps.
+	for _, c := range []struct{ interval, atLeast float64 }{{0.01, 97616}, {0.1, 9975}} {
+		if got := 1000 / (c.interval + tatStep); got < c.atLeast {
+			t.Errorf("%v ms plus a step runs at %v per second; the comment says at least %v", c.interval, got, c.atLeast)
+		}
+	}
+}

@@ -22,14 +22,19 @@ type Rate struct {
 // family runs at Period/Count rounded up to a whole step (so that on a
 // present-day key every sum is exact and a burst is whole), stores every
 // other TAT rounded up, and delays are rounded up to the nanosecond. The
-// price is paid by a backlogged key, which may run slower than its rate by
-// less than one step per request: at 100,000/s in the worst case it departs
-// at least 97,616 per second (a 10 µs interval plus one step, 2.4 % slow),
-// at 10,000/s at least 9,975 per second (0.24 %), at 1,000/s 0.024 %. An
-// exact rate loses only the fraction of a step its interval needs: 100,000/s
-// and 10,000/s run at 99,902 and 9,990 per second (0.1 %), 99,000/s at
-// 97,523 (1.5 %), 3/s and 7/min at their rates to within 10^-9. A key that
-// is not backlogged loses nothing: each request departs at its slot.
+// price is paid by a backlogged key: each unit takes ceil(T*4096)/4096 ms
+// instead of T = Period/Count ms, so the key runs slow by that difference
+// over the rounded interval, less than one step (0.244 µs) per unit. An
+// interval that is a whole number of steps (1/s, 25/s, 1,000/s, 500/min,
+// 60/h) loses nothing. Otherwise, exactly: 100,000/s and 10,000/s run at
+// 99,902.4 and 9,990.2 per second (9.8 * 10^-4 slow), 99,000/s at 97,523.8
+// (1.5 %), 90,000/min at 89,989.0 (1.2 * 10^-4), 3/s at 2.99999854 per
+// second (4.9 * 10^-7, 0.16 µs per unit) and 7/min at 6.99999989 per minute
+// (1.6 * 10^-8, 0.14 µs per unit). The worst case at a given interval is an
+// interval one step above a whole number of steps: at 100,000/s at least
+// 97,616 per second (2.4 % slow), at 10,000/s at least 9,975 (0.24 %), at
+// 1,000/s 0.024 %. A key that is not backlogged loses nothing: each request
+// departs at its slot.
 const MinInterval = 10 * time.Microsecond
 
 // MaxInterval is the longest emission interval accepted: one unit per 10,000
