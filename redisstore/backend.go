@@ -29,6 +29,7 @@ type backend struct {
 	health      *health.Tracker
 	lanes       *lanes      // nil: every reservation makes its own call (see coalesce.go)
 	permits     permitState // the leases held and renewed, the release notices (permits.go)
+	skew        skew        // the server's timeline on the shaper's clock (skew.go)
 }
 
 var _ store.Backend = (*backend)(nil)

@@ -9,6 +9,7 @@ import (
 	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/script"
 	"github.com/throttlekit/throttlekit-go/internal/store"
+	"github.com/throttlekit/throttlekit-go/internal/timer"
 	"github.com/throttlekit/throttlekit-go/redisstore/internal/coalesce"
 	"github.com/throttlekit/throttlekit-go/redisstore/internal/health"
 )
@@ -44,6 +45,7 @@ type waiter struct {
 	reply       any // its script's reply, once done (or err)
 	err         error
 	inputs      *store.Request // a copy of req's inputs: for restamp (client clock) and the give-back of a caller that left
+	clock       timer.Clock    // its shaper's clock: when its batch is sent (on Redis TIME, see skew.go)
 }
 
 // newLanes returns the lanes for client, or nil when its calls are not
@@ -62,7 +64,7 @@ func newLanes(client redis.UniversalClient) *lanes {
 // coalesce decides req through its lane: at once, alone, or queued for
 // the next batch.
 func (r *backend) coalesce(ctx context.Context, req *store.Request) error {
-	w := &waiter{req: req, replies: r.health.Replies(), clientClock: r.clientClock}
+	w := &waiter{req: req, replies: r.health.Replies(), clientClock: r.clientClock, clock: req.Dims[0].Clock}
 	r.prepare(&w.call, req) // before the lock: building the args runs beside the call in flight
 	ln := r.lanes.Of(escapeTag(req.Slot))
 	if ln.Join(w, queued) {
@@ -128,6 +130,8 @@ func (r *backend) send(b *script.Batch, batch []*waiter) {
 	for _, w := range batch {
 		if r.clientClock {
 			r.restamp(w)
+		} else {
+			w.call.sent = w.clock.Now()
 		}
 		b.Add(w.call.gcra != nil, w.call.keys, w.call.args)
 	}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/algorithms"
@@ -37,6 +38,9 @@ func (r *backend) reserveAlone(ctx context.Context, probe bool, req *store.Reque
 // callAlone runs req's call c, prepared, by itself.
 func (r *backend) callAlone(ctx context.Context, probe bool, c *reserveCall, req *store.Request) error {
 	var v any
+	if !r.clientClock {
+		c.sent = req.Dims[0].Clock.Now()
+	}
 	err := r.call(ctx, probe, func(ctx context.Context) error {
 		var err error
 		v, err = c.script().Run(ctx, r.client, c.keys, c.args...).Result()
@@ -64,6 +68,10 @@ type reserveCall struct {
 	// it is sent (see restamp). The delay counts from the caller's instant,
 	// so it is added.
 	late float64
+	// sent is when the call went out, on the shaper's clock: with took and
+	// the server's instant, what maps its slot onto that clock (skew.go).
+	// Zero with the client clock.
+	sent time.Time
 }
 
 func (c *reserveCall) script() *redis.Script {
@@ -113,7 +121,7 @@ func (r *backend) finish(c *reserveCall, req *store.Request, v any) error {
 		if err != nil {
 			return err
 		}
-		req.Dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, c.fromReply(rep.Allowed, rep.Wait)), Binding: rep.Binding, Wait: rep.Wait, Took: rep.Took}
+		req.Dec = algorithms.AllDecision{Decision: decisionOf(rep.Allowed, r.fromReply(c, req, rep.Allowed, rep.Now, rep.Wait)), Binding: rep.Binding, Wait: rep.Wait, Took: rep.Took}
 		req.Dec.Remaining = gcra.Units(rep.Remaining)
 		req.Tags, req.Seqs = rep.Tags, rep.Seqs
 		req.At, req.Decided = rep.Now+rep.Wait, rep.Now // as the script computed it
@@ -129,7 +137,7 @@ func (r *backend) finish(c *reserveCall, req *store.Request, v any) error {
 	if err != nil {
 		return err
 	}
-	req.Dec = algorithms.AllDecision{Decision: decisionOf(allowed, c.fromReply(allowed, wait)), Binding: rep.Binding, Wait: wait}
+	req.Dec = algorithms.AllDecision{Decision: decisionOf(allowed, r.fromReply(c, req, allowed, rep.Now, wait)), Binding: rep.Binding, Wait: wait}
 	if allowed {
 		req.Dec.Took = 1
 		req.Dec.Remaining = k.Remaining(tag, rep.Now)
@@ -147,13 +155,29 @@ func (r *backend) finish(c *reserveCall, req *store.Request, v any) error {
 }
 
 // fromReply returns an admitted reservation's delay as the shaper counts
-// it: wait, counted from the instant the call decided at, less what the
-// server ran after it (took: the delay counts from the reply), plus how
-// late that instant was after the caller's (late: on the client clock the
-// delay counts from the caller's instant), never below 0; a refusal's wait
+// it, and sets the instant it counts from (req.Anchor); a refusal's wait
 // unchanged.
-func (c *reserveCall) fromReply(allowed bool, wait float64) float64 {
-	if !allowed || c.took <= 0 && c.late <= 0 {
+//
+// On the server's clock (the default), the slot decided+wait of the
+// server's timeline is mapped onto the shaper's clock through one estimate
+// of how far it runs ahead (skew.go), and counted from a reading taken
+// after the reply: never before the slot on the server's timeline, and the
+// slots of concurrent calls keep their spacing however late each reply is
+// read. On the client clock (c.sent zero), wait counts from the instant the
+// call decided at, less what the server ran after it (took: the delay
+// counts from the reply), plus how late that instant was after the
+// caller's (late: the delay counts from the caller's instant), never below
+// 0.
+func (r *backend) fromReply(c *reserveCall, req *store.Request, allowed bool, decided, wait float64) float64 {
+	if !allowed {
+		return wait
+	}
+	if !c.sent.IsZero() {
+		replied := req.Dims[0].Clock.Now()
+		req.Anchor = replied
+		return r.skew.remoteDelay(c.sent, replied, decided, c.took, wait)
+	}
+	if c.took <= 0 && c.late <= 0 {
 		return wait
 	}
 	return max(wait-c.took+c.late, 0)

@@ -316,11 +316,16 @@ func binding(m *store.Request) string {
 }
 
 // anchor returns the instant a decision asked for at now counts its delay
-// from: now itself when the store decided on the shaper's clock at now; a
-// clock reading taken after the answer when it decided on another clock
-// (see Shaper.remote), or when a failure policy decided locally at a later
+// from: the one the store names (at: a store deciding on another clock
+// that mapped its slot onto the shaper's, see store.Request.Anchor); now
+// itself when the store decided on the shaper's clock at now; a clock
+// reading taken after the answer when it decided on another clock (see
+// Shaper.remote), or when a failure policy decided locally at a later
 // instant (after a call that failed).
-func (s *Shaper) anchor(now time.Time, local bool) time.Time {
+func (s *Shaper) anchor(now, at time.Time, local bool) time.Time {
+	if !at.IsZero() && !local {
+		return at
+	}
 	if s.remote || local {
 		return s.cfg.clock.Now()
 	}
@@ -332,25 +337,25 @@ func (s *Shaper) anchor(now time.Time, local bool) time.Time {
 // no request to build, the decision returned by value), one dimension of
 // Reserve on any other. It returns what a Reservation keeps besides the
 // decision (see Reservation).
-func (s *Shaper) reserveOne(ctx context.Context, d *dim, allow bool, key string, cost int64, ms, limit float64, dec *algorithms.Decision) (g store.Grant, local bool, err error) {
+func (s *Shaper) reserveOne(ctx context.Context, d *dim, allow bool, key string, cost int64, ms, limit float64, dec *algorithms.Decision) (g store.Grant, local bool, at time.Time, err error) {
 	alg, k := d.Alg, d.Kern
 	if allow {
 		alg, k = d.Allow, d.KernAllow
 	}
 	if k == nil || !k.Admissible(cost) { // the GCRA kernel's rule inline; the others' through the interface
 		if err := validCost(d, alg, key, cost); err != nil {
-			return g, false, err
+			return g, false, at, err
 		}
 	}
 	if s.one != nil {
 		*dec, g, err = s.one.ReserveOne(&d.Dim, allow, key, cost, ms, limit)
-		return g, false, err
+		return g, false, at, err
 	}
 	req := store.NewRequest(1, ms, key)
 	req.Limit = limit
 	req.Dims, req.Algs, req.Keys, req.Costs = append(req.Dims, &d.Dim), append(req.Algs, alg), append(req.Keys, key), append(req.Costs, cost)
 	if err := s.store.Reserve(ctx, req); err != nil {
-		return g, false, err
+		return g, false, at, err
 	}
 	*dec = req.Dec.Decision
 	g.At = req.At
@@ -363,7 +368,7 @@ func (s *Shaper) reserveOne(ctx context.Context, d *dim, allow bool, key string,
 	if len(req.Seqs) > 0 {
 		g.Seq = req.Seqs[0]
 	}
-	return g, req.Local, nil
+	return g, req.Local, req.Anchor, nil
 }
 
 // decide runs one transition for key and cost at the clock's now, writing
@@ -386,20 +391,22 @@ func (s *Shaper) decide(ctx context.Context, c *contract, key string, cost int64
 	ms := algorithms.Millis(now)
 	if !s.single {
 		m, err = s.decideMulti(ctx, c, key, cost, allow, ms, limit, dec)
+		var at time.Time
 		if m != nil {
-			local = m.Local
+			local, at = m.Local, m.Anchor
 		}
-		return s.anchor(now, local), g, local, m, err
+		return s.anchor(now, at, local), g, local, m, err
 	}
 	// The single-key branch: one contract, no mappings (reserveOne).
+	var at time.Time
 	if !trace.On() { // programs that never trace: no timer, no context lookup
-		g, local, err = s.reserveOne(ctx, c.dims[0], allow, key, cost, ms, limit, dec)
+		g, local, at, err = s.reserveOne(ctx, c.dims[0], allow, key, cost, ms, limit, dec)
 	} else {
 		st := startStore(ctx)
-		g, local, err = s.reserveOne(ctx, c.dims[0], allow, key, cost, ms, limit, dec)
+		g, local, at, err = s.reserveOne(ctx, c.dims[0], allow, key, cost, ms, limit, dec)
 		st.done("reserve", err)
 	}
-	return s.anchor(now, local), g, local, nil, err
+	return s.anchor(now, at, local), g, local, nil, err
 }
 
 // decideMulti is decide for every other shaper: each dimension's key and

@@ -138,7 +138,7 @@ func (s *Shaper) status(ctx context.Context, key string, cost int64) (Status, er
 	// shaper's clock (taken after the reply for a remote store: never early).
 	// The figures are relative to the store's now, as a reservation's delay
 	// is (an instant in ms since the epoch carries a quarter-µs rounding).
-	anchor := s.anchor(now, false)
+	anchor := s.anchor(now, time.Time{}, false)
 	after := func(ms float64) time.Time { return anchor.Add(algorithms.Duration(ms)) }
 	out := Status{Dimensions: make([]DimensionStatus, len(c.dims)), ResetAt: after(q.Until - q.At)}
 	for i, d := range c.dims {

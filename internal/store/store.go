@@ -10,6 +10,7 @@ import (
 	"errors"
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/gcra"
@@ -203,6 +204,10 @@ type Request struct {
 	At      float64   // the departure, ms on the store's timeline
 	Decided float64   // the instant the store decided at, ms on its timeline
 	Local   bool      // granted by a failure policy, not by the store
+	// Anchor is the instant, on the shaper's clock, that Dec.Delay counts
+	// from, when a store deciding on another clock (Remote) mapped its slot
+	// onto the shaper's (zero: the shaper reads its clock after the call).
+	Anchor time.Time
 }
 
 // requestBuf is a request of up to four dimensions in one allocation.
