@@ -213,7 +213,7 @@ func (l Limit) Rate() (float64, bool) {
 //
 // Retry-After is not a limit: read it with RetryAfter. A secondary limit
 // (GitHub's, for one) arrives as a 403 or 429 with Retry-After, or as
-// Remaining 0 with a Reset; both read as they are.
+// Remaining 0 with a Reset; Feedback reads both as a refusal.
 func ParseLimits(h http.Header, now time.Time) []Limit {
 	var out []Limit
 	policy, ratelimit := parseSFField(h, "RateLimit-Policy"), parseSFField(h, "RateLimit")
