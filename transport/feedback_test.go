@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -181,4 +182,60 @@ func TestAPartnersCountOnAStrictContractDoesNotHoldAWholeInterval(t *testing.T) 
 	if _, err := s.Reserve(bg, "partner", 1); err == nil {
 		t.Fatal("the one after it was granted within the default MaxQueue: the partner's 90 s interval was not kept")
 	}
+}
+
+// FuzzFeedback: the class of defects 19 and 28, over any headers and
+// status. A response is a refusal exactly when it is a 429, a 503 with a
+// Retry-After, or a 403 with a Retry-After or a limit with nothing left
+// (never a 403 without either); a refusal's Retry-After, and every
+// exhausted limit's reset, bound the pause from below, and nothing else
+// makes one; the Policy is the slowest request limit ParseLimits states
+// that has a rate, whatever is left of it.
+func FuzzFeedback(f *testing.F) {
+	for _, c := range feedbackCases {
+		fields, values := encodeLimitCase(c.kv)
+		f.Add(c.status, fields, values)
+	}
+	for _, c := range limitCases {
+		fields, values := encodeLimitCase(c.kv)
+		f.Add(403, fields, values)
+	}
+	f.Fuzz(func(t *testing.T, status int, fields []byte, values string) {
+		h := fuzzHeader(fields, values)
+		fb := Feedback(&http.Response{StatusCode: status, Header: h}, now)
+		limits := ParseLimits(h, now)
+		wait, hasWait := RetryAfter(h, now)
+		exhausted, longest := false, time.Duration(0)
+		for _, l := range limits {
+			if l.HasRemaining && l.Remaining < 1 {
+				exhausted = true
+				if l.HasReset {
+					longest = max(longest, l.Reset)
+				}
+			}
+		}
+		refusal := status == 429 || status == 503 && hasWait || status == 403 && (hasWait || exhausted)
+		if fb.Refused != refusal {
+			t.Fatalf("status %d, %q: Refused %v, want %v", status, values, fb.Refused, refusal)
+		}
+		want := longest
+		if refusal && hasWait {
+			want = max(want, wait)
+		}
+		if fb.Pause != want {
+			t.Fatalf("status %d, %q: Pause %v, want %v", status, values, fb.Pause, want)
+		}
+		slowest, policy := math.Inf(1), shaper.Rate{}
+		for _, l := range limits {
+			if r, ok := l.Rate(); ok && l.Dimension == Requests && r < slowest && l.Quota >= 1 && l.Quota < math.MaxInt64/2 {
+				slowest, policy = r, shaper.Rate{Count: int64(l.Quota), Period: l.Window}
+			}
+		}
+		if fb.Policy != policy {
+			t.Fatalf("status %d, %q: Policy %v, want %v", status, values, fb.Policy, policy)
+		}
+		if fb.HasRemaining && (fb.Remaining < 1 || fb.Reset <= 0) || !fb.HasRemaining && (fb.Remaining != 0 || fb.Reset != 0) {
+			t.Fatalf("status %d, %q: remaining %d in %v (%v)", status, values, fb.Remaining, fb.Reset, fb.HasRemaining)
+		}
+	})
 }
