@@ -631,14 +631,18 @@ end
 
 -- set_clamp is clamp.lua's work on the state keys KEYS[from..]: until now +
 -- span, nothing departs on a key less than interval after the previous
--- departure reserved under the clamp; a clamp replaces the one before it,
--- whose next slot, if it falls within its window, moves to the new
--- interval after the departure before it. With tighter, a key whose clamp
--- in force spaces departures further apart keeps it (one as far apart is
--- renewed: a margin's own). It returns
+-- departure reserved under the clamp; a clamp replaces the one before it.
+-- With spread (a partner's count, clamp.lua), a replaced clamp whose next
+-- slot has not come keeps holding it (or its reset, whichever is sooner),
+-- but no later than the new interval after the departure before it: the
+-- count is spread from the key's next slot on. Without (a learned rate,
+-- a margin: learn.lua), its next slot, if it falls within its window,
+-- moves to the new interval after the departure before it. With tighter,
+-- a key whose clamp in force spaces departures further apart keeps it
+-- (one as far apart is renewed: a margin's own). It returns
 -- the clamp's end as a string, or the error reply of a key it cannot use
--- (having written nothing).
-local function set_clamp(from, now, interval, span, tighter)
+-- (having written nothing). memstore's clamp is the same, bit for bit.
+local function set_clamp(from, now, interval, span, tighter, spread)
   local endv = now + span
   local nexts, keep = {}, {}
   for i = from, #KEYS do -- read and check everything before writing anything
@@ -648,8 +652,15 @@ local function set_clamp(from, now, interval, span, tighter)
     if cur then
       local c = parse_clamp(cur)
       if not c then return refuse(i - from + 1, 'clamp key holds a corrupt value') end
-      if now < c[3] and c[1] > now and c[1] < c[3] then -- its next slot, within its window, moved to the new interval
-        nexts[i] = math.max(now, c[1] - c[2] + interval)
+      if now < c[3] and c[1] > now then
+        if spread then -- its hold kept, to the new interval after the departure before it at most
+          local held = c[1] - c[2] + interval
+          if c[3] < held then held = c[3] end
+          if c[1] < held then held = c[1] end
+          nexts[i] = math.max(now, held)
+        elseif c[1] < c[3] then -- its next slot, within its window, moved to the new interval
+          nexts[i] = math.max(now, c[1] - c[2] + interval)
+        end
       end
       keep[i] = tighter and now < c[3] and c[2] > interval
     end

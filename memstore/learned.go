@@ -107,7 +107,7 @@ func (m *mem) Learn(ctx context.Context, l *store.Learned, op *store.LearnOp) (s
 		ls.keys[k] = cur
 	}
 	if c := op.Clamp; c != nil {
-		m.clamp(l.KeySet, c.Now, c.Interval, c.Span, c.Tighter)
+		m.clamp(l.KeySet, c.Now, c.Interval, c.Span, c.Tighter, false)
 	}
 	return cur.v, out, nil
 }

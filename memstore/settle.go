@@ -180,18 +180,25 @@ func (m *mem) Reset(_ context.Context, ks store.KeySet) error {
 	return nil
 }
 
-// Clamp sets a partner's clamp on every key (see Shaper.Clamp): the next
-// slot of a clamp still in force, if it falls within its window, moves to
-// the new interval after the departure before it.
+// Clamp sets a partner's clamp on every key (see Shaper.Clamp). It
+// replaces a clamp in force whose next slot has not come by holding that
+// slot (or its reset, whichever is sooner), but no later than the new
+// interval after the departure before it: the partner's count is spread
+// from the key's next slot on, never from a whole new interval after a
+// departure another clamp (a spacing margin) spaced (lua/lib.lua's
+// set_clamp, mode 'spread').
 func (m *mem) Clamp(_ context.Context, ks store.KeySet, now, interval, span float64) error {
-	m.clamp(ks, now, interval, span, false)
+	m.clamp(ks, now, interval, span, false, true)
 	return nil
 }
 
-// clamp is Clamp; with tighter, a key whose clamp in force spaces
-// departures further than interval apart keeps it (store.LearnClamp.Tighter;
-// one exactly as far apart, a margin's own, is renewed).
-func (m *mem) clamp(ks store.KeySet, now, interval, span float64, tighter bool) {
+// clamp is Clamp with spread; without it, the next slot of a clamp in
+// force, if it falls within its window, moves to the new interval after
+// the departure before it, sooner or later (a learned rate's clamp, a
+// margin). With tighter, a key whose clamp in force spaces departures
+// further than interval apart keeps it (store.LearnClamp.Tighter; one
+// exactly as far apart, a margin's own, is renewed).
+func (m *mem) clamp(ks store.KeySet, now, interval, span float64, tighter, spread bool) {
 	keys := ks.Keys
 	m.each(ks, func(_ *memShard, sp *memSpace, _ *store.Dim, i int) {
 		next := now
@@ -199,7 +206,11 @@ func (m *mem) clamp(ks store.KeySet, now, interval, span float64, tighter bool) 
 		if ok && tighter && now < c.end && c.interval > interval {
 			return
 		}
-		if ok && now < c.end && c.next > now && c.next < c.end { // its next slot, within its window, moved to the new interval
+		switch {
+		case !ok || now >= c.end || c.next <= now:
+		case spread: // its hold kept, to the new interval after the departure before it at most
+			next = max(now, min(c.next, c.end, c.next-c.interval+interval))
+		case c.next < c.end: // its next slot, within its window, moved to the new interval
 			next = max(now, c.next-c.interval+interval)
 		}
 		if sp.clamps == nil {

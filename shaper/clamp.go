@@ -14,9 +14,12 @@ import (
 // and RateLimit-Reset headers, which package transport passes here). Until
 // then the requests on key (every dimension's key, as Pause holds them)
 // depart at least reset/remaining apart in every process sharing the
-// store. A clamp only adds a floor, never speeds a key up; a later clamp
-// replaces an earlier one, its next slot moved to the new interval after
-// the departure before it (sooner or later); a cancelled slot that was the last under a clamp gives the clamp's slot
+// store. A clamp only adds a floor, never speeds a key up. A later clamp
+// replaces an earlier one and spreads its count from the key's next slot
+// on: a next slot the earlier clamp (a spacing margin, see Space) still
+// holds stays held, but no later than the new interval after the
+// departure before it, so a clamp never delays the next departure past
+// where it was. A cancelled slot that was the last under a clamp gives the clamp's slot
 // back; granted slots keep their times. A remaining count the contract could not exceed before the reset
 // anyway records nothing; remaining <= 0 pauses the key until the reset;
 // reset <= 0 does nothing; a reset above MaxPause is a *ConfigError.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +29,8 @@ func pausedFor(t *testing.T, s *shaper.Shaper, key string) time.Duration {
 // Every wait a partner dictates is capped at the configured maximum, never
 // ignored and never obeyed beyond it: Retry-After: 999999999 (31.7 years)
 // in the retryable client's backoff, the same header under a WithMaxPause
-// above shaper.MaxPause, and an X-RateLimit-Reset no clock can reach.
+// above shaper.MaxPause, and an X-RateLimit-Reset no clock can reach
+// (10^30, in digits: an exponent is no number there).
 func TestPartnerWaitsAreCapped(t *testing.T) {
 	t.Parallel()
 	resp429 := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"999999999"}}}
@@ -77,7 +79,7 @@ func TestPartnerWaitsAreCapped(t *testing.T) {
 	// absurd X-RateLimit-Reset pauses for the cap, not for nothing.
 	for name, h := range map[string]http.Header{
 		"retry-after": {"Retry-After": {"999999999"}},
-		"reset":       {"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1e30"}},
+		"reset":       {"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1" + strings.Repeat("0", 30)}},
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			for k, v := range h {
@@ -97,8 +99,8 @@ func TestPartnerWaitsAreCapped(t *testing.T) {
 			t.Fatalf("%s: paused for %v, want shaper.MaxPause (%v)", name, d, shaper.MaxPause)
 		}
 	}
-	if d, ok := RateLimitPause(http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1e30"}}, time.Now()); !ok || d != math.MaxInt64 {
-		t.Fatalf("X-RateLimit-Reset: 1e30 gives %v %v, want the longest pause, for the caller's cap", d, ok)
+	if d, ok := RateLimitPause(http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1" + strings.Repeat("0", 30)}}, time.Now()); !ok || d != math.MaxInt64 {
+		t.Fatalf("X-RateLimit-Reset: 10^30 gives %v %v, want the longest pause, for the caller's cap", d, ok)
 	}
 }
 

@@ -9,8 +9,9 @@
 // request whose departure would fall after its context's deadline is not sent:
 // it fails at once with an error matching context.DeadlineExceeded and its slot
 // is given back. Every response is the partner's feedback (Feedback, given
-// to shaper.Shaper.Learn; WithFeedback): a 429 or 503 with Retry-After, or
-// rate-limit headers saying nothing is left, pause the key, for every
+// to shaper.Shaper.Learn; WithFeedback): a refusal with Retry-After (a
+// 429, a 503, GitHub's 403), or rate-limit headers saying nothing is
+// left, pause the key, for every
 // process sharing the store; headers saying few requests are left clamp it;
 // a shaper made with shaper.WithLearning learns the key's rate from them
 // (docs/LEARNING.md). ParseLimits reads every rate-limit header dialect:

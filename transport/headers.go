@@ -4,7 +4,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -12,7 +11,7 @@ import (
 // or an HTTP date. It returns how long to wait from now, and false for an
 // empty, malformed or negative value. A date in the past means 0.
 func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
-	v := strings.TrimSpace(value)
+	v := trimOWS(value)
 	if v == "" {
 		return 0, false
 	}
@@ -92,23 +91,12 @@ func RateLimitRemaining(h http.Header, now time.Time) (remaining int64, reset ti
 	return remaining, reset, ok
 }
 
-func number(v string) (float64, bool) {
-	v = strings.Trim(strings.TrimSpace(v), `"`)
-	if v == "" {
-		return 0, false
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false
-	}
-	return f, true
-}
-
 // resetIn reads X-RateLimit-Reset: seconds from now, or a Unix time (seconds
-// above 1e9, milliseconds above 1e12) as GitHub and others send it.
+// above 1e9, milliseconds above 1e12) as GitHub and others send it, as
+// plain digits with an optional fraction (plainDecimal).
 func resetIn(v string, now time.Time) (time.Duration, bool) {
-	f, ok := number(v)
-	if !ok || f < 0 {
+	f, ok := plainDecimal(v)
+	if !ok {
 		return 0, false
 	}
 	switch {

@@ -10,6 +10,69 @@ import (
 	"unicode/utf8"
 )
 
+// What ParseLimits reads of a response, at most: a partner's headers can
+// hold 10 MB (net/http's default), and a broken or hostile one must not
+// stall every caller.
+const (
+	// maxFieldLines is how many lines of each field ParseLimits reads;
+	// the lines after them are ignored.
+	maxFieldLines = 16
+	// maxFieldBytes is the longest field line ParseLimits reads; a
+	// longer one is ignored, as malformed.
+	maxFieldBytes = 4096
+	// maxFieldMembers is how many members of a Structured Field's List
+	// (over all its lines) ParseLimits reads; the members after them are
+	// checked, and ignored.
+	maxFieldMembers = 64
+)
+
+// sfLine is one line of a Structured Field as ParseLimits reads it.
+type sfLine struct {
+	text  string
+	items []sfItem // its members, as many as maxFieldMembers leaves
+	list  bool     // it parses as a List
+}
+
+// parseSFField parses each line of field name that ParseLimits reads
+// (fieldLines) as a List, keeping the field's first maxFieldMembers
+// members. Each field is parsed once, for every dialect that reads it.
+func parseSFField(h http.Header, name string) []sfLine {
+	lines := fieldLines(h, name)
+	out := make([]sfLine, len(lines))
+	keep := maxFieldMembers
+	for i, l := range lines {
+		items, ok := parseSFList(l, keep)
+		out[i] = sfLine{text: l, items: items, list: ok}
+		keep -= len(items)
+	}
+	return out
+}
+
+// fieldLines returns the lines of field name that ParseLimits reads: the
+// first maxFieldLines, less those longer than maxFieldBytes.
+func fieldLines(h http.Header, name string) []string {
+	vs := h.Values(name)
+	if len(vs) == 0 {
+		return nil
+	}
+	out := make([]string, 0, min(len(vs), maxFieldLines))
+	for _, v := range vs[:min(len(vs), maxFieldLines)] {
+		if len(v) <= maxFieldBytes {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// fieldValue returns the first line of field name ("" when it has none,
+// or when that line is longer than maxFieldBytes).
+func fieldValue(h http.Header, name string) string {
+	if v := h.Get(name); len(v) <= maxFieldBytes {
+		return v
+	}
+	return ""
+}
+
 // Dimension names what a limit counts: requests, tokens, or another unit a
 // partner names. Units a partner names in an IETF RateLimit-Policy ("qu")
 // are kept as sent, in lower case.
@@ -125,16 +188,37 @@ func (l Limit) Rate() (float64, bool) {
 // IETF draft requires ("Malformed RateLimit header fields MUST be
 // ignored"); unknown parameters are comments. ParseLimits never fails and
 // never panics. Each Structured Field line is parsed on its own, so one
-// malformed line does not hide the others. Numbers and durations too large
-// to hold saturate. ParseLimits returns nil when h states no limit.
+// malformed line does not hide the others. ParseLimits returns nil when h
+// states no limit.
+//
+// Numbers are read by each dialect's own grammar, strictly; anything else
+// is malformed. RateLimit-Policy, RateLimit and RateLimit-Limit hold the
+// Structured Field numbers of RFC 9651: an Integer of at most 15 digits,
+// or a Decimal of at most 12 digits, a point and 1 to 3 digits (a longer
+// one fails its whole line, as RFC 9651 parsing does). The other fields
+// hold plain decimal digits: a count (a limit, a remaining or used count)
+// is digits only, seconds and milliseconds (RateLimit-Reset,
+// X-RateLimit-Reset, retry-after-ms) digits with an optional fraction,
+// "1.5". No sign, exponent, hexadecimal, digit separator ("1_000"),
+// "Inf" or "NaN" is read. The spaces and tabs around a field value are
+// not part of it (RFC 9110) and are ignored. A plain number or a
+// duration too large to hold saturates. OpenAI's resets are Go durations
+// as time.Duration.String writes them, Anthropic's RFC 3339 date-times.
+//
+// What it reads is bounded, and it takes time linear in it: of each field
+// only the first 16 lines are read, a line longer than 4,096 bytes is
+// ignored, as malformed, and of a Structured Field List only the first
+// 64 members are read (the others are checked, so that a malformed line
+// is still ignored whole).
 //
 // Retry-After is not a limit: read it with RetryAfter. A secondary limit
 // (GitHub's, for one) arrives as a 403 or 429 with Retry-After, or as
-// Remaining 0 with a Reset; both read as they are.
+// Remaining 0 with a Reset; Feedback reads both as a refusal.
 func ParseLimits(h http.Header, now time.Time) []Limit {
 	var out []Limit
-	out = appendIETFLimits(out, h)
-	out = appendDraftLimits(out, h)
+	policy, ratelimit := parseSFField(h, "RateLimit-Policy"), parseSFField(h, "RateLimit")
+	out = appendIETFLimits(out, policy, ratelimit)
+	out = appendDraftLimits(out, h, policy, ratelimit)
 	out = appendXRateLimits(out, h, now)
 	out = appendOpenAILimits(out, h)
 	out = appendAnthropicLimits(out, h, now)
@@ -146,8 +230,8 @@ func ParseLimits(h http.Header, now time.Time) []Limit {
 // as OpenAI and Azure send it). When both are present and valid the longer
 // wait wins. It returns false when neither is valid.
 func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
-	d, ok := ParseRetryAfter(h.Get("Retry-After"), now)
-	if ms, okMs := count(h.Get("Retry-After-Ms")); okMs {
+	d, ok := ParseRetryAfter(fieldValue(h, "Retry-After"), now)
+	if ms, okMs := plainDecimal(fieldValue(h, "Retry-After-Ms")); okMs {
 		d, ok = max(d, milliseconds(ms)), true
 	}
 	return d, ok
@@ -157,24 +241,42 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 // Duration, saturating.
 func milliseconds(ms float64) time.Duration { return seconds(ms / 1000) }
 
-// count reads a plain non-negative number (a limit, a remaining count). A
-// number past float64's range saturates.
-func count(v string) (float64, bool) {
-	f, ok := number(v)
-	if !ok {
-		g, err := strconv.ParseFloat(strings.Trim(strings.TrimSpace(v), `"`), 64)
-		if ne, isNE := err.(*strconv.NumError); !isNE || ne.Err != strconv.ErrRange || !math.IsInf(g, 1) {
-			return 0, false
-		}
-		f = math.MaxFloat64
-	}
-	if f < 0 {
+// trimOWS drops the spaces and tabs around a field value, which are not
+// part of it (RFC 9110, section 5.5).
+func trimOWS(v string) string { return strings.Trim(v, " \t") }
+
+// plainCount reads a count (a limit, a remaining or used count): decimal
+// digits only, 1*DIGIT, between optional spaces and tabs. A count past
+// float64's range saturates.
+func plainCount(v string) (float64, bool) {
+	s := trimOWS(v)
+	if s == "" || !allDigits(s) {
 		return 0, false
 	}
-	if f == 0 {
-		f = 0 // not -0
+	return digitsValue(s), true
+}
+
+// plainDecimal reads seconds or milliseconds: 1*DIGIT ["." 1*DIGIT],
+// between optional spaces and tabs. A value past float64's range
+// saturates.
+func plainDecimal(v string) (float64, bool) {
+	s := trimOWS(v)
+	if !isDecimal(s) {
+		return 0, false
 	}
-	return f, true
+	return digitsValue(s), true
+}
+
+// digitsValue is the value of s, digits with an optional fraction, which
+// strconv.ParseFloat reads exactly as the grammar means it (no sign,
+// exponent, base prefix or separator can reach it): the nearest float64,
+// math.MaxFloat64 past its range.
+func digitsValue(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	if math.IsInf(f, 1) {
+		return math.MaxFloat64
+	}
+	return f
 }
 
 // IETF draft-ietf-httpapi-ratelimit-headers-10.
@@ -189,31 +291,30 @@ const (
 )
 
 // appendIETFLimits reads the named policies of RateLimit-Policy and the
-// service limits of RateLimit (draft-10, sections 3 and 4).
-func appendIETFLimits(out []Limit, h http.Header) []Limit {
-	var policies []Limit
-	for _, line := range h.Values("RateLimit-Policy") {
-		items, ok := parseSFList(line)
-		if !ok {
-			continue
-		}
-		for _, it := range items {
+// service limits of RateLimit (draft-10, sections 3 and 4), given their
+// lines (parseSFField).
+func appendIETFLimits(out []Limit, policyLines, ratelimitLines []sfLine) []Limit {
+	var (
+		policies []Limit
+		idx      policyIndex
+	)
+	for _, line := range policyLines {
+		for _, it := range line.items {
 			if it.kind != sfString && it.kind != sfToken {
 				continue // numbers are the older drafts' policies; others are malformed
 			}
-			if l, ok := ietfPolicy(it); ok && indexLimit(policies, l.Policy, l.Partition, true) < 0 {
+			if l, ok := ietfPolicy(it); ok && idx.add(l.Policy, l.Partition, len(policies)) {
 				policies = append(policies, l)
 			}
 		}
 	}
 	matched := make([]bool, len(policies))
-	var unmatched []Limit
-	for _, line := range h.Values("RateLimit") {
-		items, ok := parseSFList(line)
-		if !ok {
-			continue // perhaps the older dictionary form: appendDraftLimits
-		}
-		for _, it := range items {
+	var (
+		unmatched []Limit
+		seen      policyIndex
+	)
+	for _, line := range ratelimitLines { // a line that is no List is perhaps the older dictionary form: appendDraftLimits
+		for _, it := range line.items {
 			if it.kind != sfString && it.kind != sfToken {
 				continue
 			}
@@ -221,11 +322,7 @@ func appendIETFLimits(out []Limit, h http.Header) []Limit {
 			if !ok {
 				continue
 			}
-			i := indexLimit(policies, it.str, pk, true)
-			if i < 0 {
-				i = indexLimit(policies, it.str, pk, false)
-			}
-			if i >= 0 {
+			if i := idx.find(it.str, pk); i >= 0 {
 				if matched[i] {
 					continue // the first service limit for a policy wins
 				}
@@ -233,12 +330,13 @@ func appendIETFLimits(out []Limit, h http.Header) []Limit {
 				p := &policies[i]
 				p.Remaining, p.HasRemaining = r, true
 				p.Reset, p.HasReset = t, hasT
-				if p.Partition == "" {
+				if p.Partition == "" && pk != "" {
 					p.Partition = pk
+					idx.keyed(it.str, pk, i)
 				}
 				continue
 			}
-			if indexLimit(unmatched, it.str, pk, true) >= 0 {
+			if !seen.add(it.str, pk, len(unmatched)) {
 				continue
 			}
 			unmatched = append(unmatched, Limit{
@@ -255,16 +353,62 @@ func appendIETFLimits(out []Limit, h http.Header) []Limit {
 	return append(out, unmatched...)
 }
 
-// indexLimit finds the first limit named name in ls. exact asks for the
-// same partition key; otherwise a missing key on either side matches any.
-func indexLimit(ls []Limit, name, pk string, exact bool) int {
-	for i, l := range ls {
-		if l.Policy != name {
-			continue
-		}
-		if l.Partition == pk || !exact && (pk == "" || l.Partition == "") {
+// policyIndex finds policies by name and partition key in constant time
+// (a response may name thousands), as a scan of the list in order would.
+// The zero policyIndex is empty.
+type policyIndex struct {
+	exact   map[policyKey]int // the first policy of each name and key
+	byName  map[string]int    // the first policy of each name
+	unkeyed map[string][]int  // the policies of each name without a key, in order
+}
+
+type policyKey struct{ name, pk string }
+
+// add records policy i named name with partition key pk, and reports
+// false, recording nothing, when one of that name and key is recorded.
+func (x *policyIndex) add(name, pk string, i int) bool {
+	k := policyKey{name, pk}
+	if _, dup := x.exact[k]; dup {
+		return false
+	}
+	if x.exact == nil {
+		x.exact, x.byName, x.unkeyed = map[policyKey]int{}, map[string]int{}, map[string][]int{}
+	}
+	x.exact[k] = i
+	if _, ok := x.byName[name]; !ok {
+		x.byName[name] = i
+	}
+	if pk == "" {
+		x.unkeyed[name] = append(x.unkeyed[name], i)
+	}
+	return true
+}
+
+// keyed records that policy i, the first of its name without a
+// partition key, took key pk from its service limit (find returned it).
+func (x *policyIndex) keyed(name, pk string, i int) {
+	if q := x.unkeyed[name]; len(q) > 0 && q[0] == i {
+		x.unkeyed[name] = q[1:]
+	}
+	if _, ok := x.exact[policyKey{name, pk}]; !ok {
+		x.exact[policyKey{name, pk}] = i
+	}
+}
+
+// find returns the policy a service limit named name with partition key
+// pk belongs to: the first of that name and key; else the first of that
+// name whose key or pk is missing (a missing key on either side matches
+// any); -1 for none.
+func (x *policyIndex) find(name, pk string) int {
+	if i, ok := x.exact[policyKey{name, pk}]; ok {
+		return i
+	}
+	if pk == "" {
+		if i, ok := x.byName[name]; ok {
 			return i
 		}
+	} else if q := x.unkeyed[name]; len(q) > 0 {
+		return q[0]
 	}
 	return -1
 }
@@ -356,19 +500,15 @@ func draftPolicyItem(it sfItem) (draftPolicy, bool) {
 	return p, true
 }
 
-func appendDraftLimits(out []Limit, h http.Header) []Limit {
+func appendDraftLimits(out []Limit, h http.Header, policyLines, ratelimitLines []sfLine) []Limit {
 	e := Limit{Dimension: Requests, Dialect: dialectRateLimit}
 	hasQuota := false
 	var policies []draftPolicy
 	// RateLimit-Limit: 10, 10;w=1, 1000;w=3600 (draft-03): the first member
 	// is the expiring limit, the others are its policies.
 	first := true
-	for _, line := range h.Values("RateLimit-Limit") {
-		items, ok := parseSFList(line)
-		if !ok {
-			continue
-		}
-		for _, it := range items {
+	for _, line := range parseSFField(h, "RateLimit-Limit") {
+		for _, it := range line.items {
 			p, ok := draftPolicyItem(it)
 			if first {
 				first = false
@@ -382,19 +522,19 @@ func appendDraftLimits(out []Limit, h http.Header) []Limit {
 			}
 		}
 	}
-	if n, ok := count(h.Get("RateLimit-Remaining")); ok {
+	if n, ok := plainCount(fieldValue(h, "RateLimit-Remaining")); ok {
 		e.Remaining, e.HasRemaining = n, true
 	}
-	if n, ok := count(h.Get("RateLimit-Reset")); ok {
+	if n, ok := plainDecimal(fieldValue(h, "RateLimit-Reset")); ok {
 		e.Reset, e.HasReset = seconds(n), true
 	}
 	// RateLimit: limit=100, remaining=50, reset=30 (draft-07), a Dictionary;
 	// it fills in what the separate fields left unsaid.
-	for _, line := range h.Values("RateLimit") {
-		if _, ok := parseSFList(line); ok {
+	for _, line := range ratelimitLines {
+		if line.list {
 			continue // the named-policy form: appendIETFLimits
 		}
-		dict, ok := parseSFDict(line)
+		dict, ok := parseSFDict(line.text)
 		if !ok {
 			continue
 		}
@@ -409,12 +549,8 @@ func appendDraftLimits(out []Limit, h http.Header) []Limit {
 		}
 	}
 	// RateLimit-Policy: 100;w=60, 1000;w=3600 (drafts 05 to 07).
-	for _, line := range h.Values("RateLimit-Policy") {
-		items, ok := parseSFList(line)
-		if !ok {
-			continue
-		}
-		for _, it := range items {
+	for _, line := range policyLines {
+		for _, it := range line.items {
 			if p, ok := draftPolicyItem(it); ok {
 				policies = append(policies, p)
 			}
@@ -436,19 +572,15 @@ func appendDraftLimits(out []Limit, h http.Header) []Limit {
 	if hasQuota || e.HasRemaining || e.HasReset {
 		out = append(out, e)
 	}
-	var seen []draftPolicy
+	seen := make(map[draftPolicy]bool, len(policies))
 	for _, p := range policies {
 		if hasQuota && p.quota == e.Quota && (p.window == e.Window || p.window == 0) {
 			continue // the expiring limit itself
 		}
-		dup := false
-		for _, s := range seen {
-			dup = dup || s == p
-		}
-		if dup {
+		if seen[p] {
 			continue
 		}
-		seen = append(seen, p)
+		seen[p] = true
 		out = append(out, Limit{Dimension: Requests, Quota: p.quota, Window: p.window, Dialect: dialectRateLimit})
 	}
 	return out
@@ -474,16 +606,16 @@ var githubWindows = map[string]time.Duration{
 func appendXRateLimits(out []Limit, h http.Header, now time.Time) []Limit {
 	l := Limit{Dimension: Requests, Dialect: dialectX}
 	hasQuota := false
-	if n, ok := count(h.Get("X-RateLimit-Limit")); ok {
+	if n, ok := plainCount(fieldValue(h, "X-RateLimit-Limit")); ok {
 		l.Quota, hasQuota = n, true
 	}
-	if n, ok := count(h.Get("X-RateLimit-Remaining")); ok {
+	if n, ok := plainCount(fieldValue(h, "X-RateLimit-Remaining")); ok {
 		l.Remaining, l.HasRemaining = n, true
 	}
-	if d, ok := resetIn(h.Get("X-RateLimit-Reset"), now); ok {
+	if d, ok := resetIn(fieldValue(h, "X-RateLimit-Reset"), now); ok {
 		l.Reset, l.HasReset = d, true
 	}
-	if used, ok := count(h.Get("X-RateLimit-Used")); ok && hasQuota && !l.HasRemaining {
+	if used, ok := plainCount(fieldValue(h, "X-RateLimit-Used")); ok && hasQuota && !l.HasRemaining {
 		// GitHub: x-ratelimit-used, "the number of requests you have made in
 		// the current rate limit window".
 		l.Remaining, l.HasRemaining = nonNegZero(max(0, l.Quota-used)), true
@@ -491,7 +623,7 @@ func appendXRateLimits(out []Limit, h http.Header, now time.Time) []Limit {
 	if !hasQuota && !l.HasRemaining && !l.HasReset {
 		return out
 	}
-	if res := strings.TrimSpace(h.Get("X-RateLimit-Resource")); res != "" {
+	if res := trimOWS(fieldValue(h, "X-RateLimit-Resource")); res != "" {
 		l.Dialect, l.Policy = dialectGitHub, res
 		l.Window = githubWindows[strings.ToLower(res)]
 		if strings.EqualFold(res, "graphql") {
@@ -515,13 +647,13 @@ func appendOpenAILimits(out []Limit, h http.Header) []Limit {
 	}{{Requests, "requests"}, {Tokens, "tokens"}} {
 		l := Limit{Dimension: d.dim, Window: time.Minute, Dialect: dialectOpenAI}
 		hasQuota := false
-		if n, ok := count(h.Get("X-Ratelimit-Limit-" + d.suffix)); ok {
+		if n, ok := plainCount(fieldValue(h, "X-Ratelimit-Limit-"+d.suffix)); ok {
 			l.Quota, hasQuota = n, true
 		}
-		if n, ok := count(h.Get("X-Ratelimit-Remaining-" + d.suffix)); ok {
+		if n, ok := plainCount(fieldValue(h, "X-Ratelimit-Remaining-"+d.suffix)); ok {
 			l.Remaining, l.HasRemaining = n, true
 		}
-		if r, ok := parseResetDuration(h.Get("X-Ratelimit-Reset-" + d.suffix)); ok {
+		if r, ok := parseResetDuration(fieldValue(h, "X-Ratelimit-Reset-"+d.suffix)); ok {
 			l.Reset, l.HasReset = r, true
 		}
 		if hasQuota || l.HasRemaining || l.HasReset {
@@ -553,13 +685,12 @@ var durationUnits = [...]struct {
 // repeated, and fractions without digits on both sides of the point, and it
 // saturates rather than fails on overflow.
 func parseResetDuration(v string) (time.Duration, bool) {
-	s := strings.TrimSpace(v)
+	s := trimOWS(v)
 	if s == "" {
 		return 0, false
 	}
 	if isDecimal(s) {
-		f, _ := strconv.ParseFloat(s, 64) // digits only: at worst +Inf, which saturates
-		return seconds(f), true
+		return seconds(digitsValue(s)), true
 	}
 	var total uint64
 	last := -1
@@ -674,13 +805,13 @@ func appendAnthropicLimits(out []Limit, h http.Header, now time.Time) []Limit {
 	} {
 		l := Limit{Dimension: d.dim, Window: time.Minute, Dialect: dialectAnthropic}
 		hasQuota := false
-		if n, ok := count(h.Get(d.prefix + "Limit")); ok {
+		if n, ok := plainCount(fieldValue(h, d.prefix+"Limit")); ok {
 			l.Quota, hasQuota = n, true
 		}
-		if n, ok := count(h.Get(d.prefix + "Remaining")); ok {
+		if n, ok := plainCount(fieldValue(h, d.prefix+"Remaining")); ok {
 			l.Remaining, l.HasRemaining = n, true
 		}
-		if t, err := time.Parse(time.RFC3339, strings.TrimSpace(h.Get(d.prefix+"Reset"))); err == nil {
+		if t, ok := parseRFC3339(trimOWS(fieldValue(h, d.prefix+"Reset"))); ok {
 			l.Reset, l.HasReset = max(0, t.Sub(now)), true // Sub saturates
 		}
 		if hasQuota || l.HasRemaining || l.HasReset {
@@ -690,10 +821,81 @@ func appendAnthropicLimits(out []Limit, h http.Header, now time.Time) []Limit {
 	return out
 }
 
+// parseRFC3339 reads an RFC 3339 date-time (section 5.6), full-date "T"
+// full-time: "T" and "Z" in either case, a fraction of a second of any
+// length (nanoseconds kept), "Z" or a numeric offset of at most 23:59;
+// seconds 00 to 59 (a leap second is not read). time.Parse takes more: a
+// comma for the point, offsets such as +24:00.
+func parseRFC3339(s string) (time.Time, bool) {
+	if len(s) < len("2006-01-02T15:04:05Z") {
+		return time.Time{}, false
+	}
+	num := func(v string) (int, bool) {
+		n := 0
+		for _, c := range []byte(v) {
+			if !isDigit(c) {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, true
+	}
+	year, ok1 := num(s[0:4])
+	month, ok2 := num(s[5:7])
+	day, ok3 := num(s[8:10])
+	hour, ok4 := num(s[11:13])
+	minute, ok5 := num(s[14:16])
+	sec, ok6 := num(s[17:19])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || s[4] != '-' || s[7] != '-' || s[10] != 'T' && s[10] != 't' || s[13] != ':' || s[16] != ':' {
+		return time.Time{}, false
+	}
+	if month < 1 || month > 12 || day < 1 || day > time.Date(year, time.Month(month)+1, 0, 0, 0, 0, 0, time.UTC).Day() ||
+		hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	rest, ns := s[19:], 0
+	if rest != "" && rest[0] == '.' {
+		j := 1
+		for j < len(rest) && isDigit(rest[j]) {
+			j++
+		}
+		if j == 1 {
+			return time.Time{}, false
+		}
+		for k := 1; k <= 9; k++ { // nanoseconds; the digits past them are dropped
+			ns *= 10
+			if k < j {
+				ns += int(rest[k] - '0')
+			}
+		}
+		rest = rest[j:]
+	}
+	off := 0
+	switch {
+	case rest == "Z" || rest == "z":
+	case len(rest) == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':':
+		oh, okH := num(rest[1:3])
+		om, okM := num(rest[4:6])
+		if !okH || !okM || oh > 23 || om > 59 {
+			return time.Time{}, false
+		}
+		off = (oh*60 + om) * 60
+		if rest[0] == '-' {
+			off = -off
+		}
+	default:
+		return time.Time{}, false
+	}
+	return time.Date(year, time.Month(month), day, hour, minute, sec, ns, time.FixedZone("", off)), true
+}
+
 // Structured Field Values (RFC 9651), the parts the RateLimit fields use.
-// The parser follows RFC 9651 §4.2 with two leniencies, both harmless to
-// well-formed input: numbers may have more digits than the RFC allows
-// (they saturate), and each field line is parsed on its own.
+// The parser follows RFC 9651 section 4.2, numbers included (a number
+// with more digits than the RFC allows fails the line); each field line
+// is parsed on its own. It takes time linear in the line: a repeated
+// parameter or dictionary key is kept as a list entry and looked up from
+// the end, where RFC 9651 overwrites the value in place (the last value
+// wins either way).
 
 type sfKind uint8
 
@@ -709,10 +911,11 @@ const (
 )
 
 type sfItem struct {
-	kind   sfKind
-	num    float64
-	str    string
-	params []sfParam
+	kind    sfKind
+	num     float64
+	integer bool // an Integer (sfNumber, sfDate): no point
+	str     string
+	params  []sfParam
 }
 
 type sfParam struct {
@@ -720,31 +923,31 @@ type sfParam struct {
 	val sfItem
 }
 
-// param returns the value of the parameter key. Parsing already kept only
-// the last of repeated keys (RFC 9651 §4.2.3.2).
+// param returns the value of the parameter key: its last, as RFC 9651
+// section 4.2.3.2 keeps it.
 func (it sfItem) param(key string) (sfItem, bool) {
-	for _, p := range it.params {
-		if p.key == key {
-			return p.val, true
-		}
-	}
-	return sfItem{}, false
+	return lastParam(it.params, key)
 }
 
 type sfDict []sfParam
 
-func (d sfDict) get(key string) (sfItem, bool) {
-	for _, m := range d {
-		if m.key == key {
-			return m.val, true
+// get returns the value of the member key: its last (RFC 9651 section
+// 4.2.2).
+func (d sfDict) get(key string) (sfItem, bool) { return lastParam(d, key) }
+
+func lastParam(ps []sfParam, key string) (sfItem, bool) {
+	for i := len(ps) - 1; i >= 0; i-- {
+		if ps[i].key == key {
+			return ps[i].val, true
 		}
 	}
 	return sfItem{}, false
 }
 
 type sfParser struct {
-	s string
-	i int
+	s     string
+	i     int
+	arena []sfParam // the parameters of the line's items, which slice it
 }
 
 func (p *sfParser) eof() bool  { return p.i >= len(p.s) }
@@ -762,16 +965,22 @@ func (p *sfParser) skipOWS() {
 	}
 }
 
-// parseSFList parses one field line as a List (RFC 9651 §4.2.1).
-func parseSFList(line string) ([]sfItem, bool) {
+// parseSFList parses one field line as a List (RFC 9651 §4.2.1). It
+// returns its first keep members (every one is checked).
+func parseSFList(line string, keep int) ([]sfItem, bool) {
 	p := &sfParser{s: strings.Trim(line, " \t")}
 	var out []sfItem
 	for !p.eof() {
+		mark := len(p.arena)
 		it, ok := p.itemOrInnerList()
 		if !ok {
 			return nil, false
 		}
-		out = append(out, it)
+		if len(out) < keep {
+			out = append(out, it)
+		} else {
+			p.arena = p.arena[:mark] // checked, not kept
+		}
 		if !p.nextMember() {
 			return nil, false
 		}
@@ -780,7 +989,7 @@ func parseSFList(line string) ([]sfItem, bool) {
 }
 
 // parseSFDict parses one field line as a Dictionary (RFC 9651 §4.2.2).
-// A repeated key keeps its first place and its last value.
+// A repeated key is kept as another member; get returns its last value.
 func parseSFDict(line string) (sfDict, bool) {
 	p := &sfParser{s: strings.Trim(line, " \t")}
 	var out sfDict
@@ -801,7 +1010,7 @@ func parseSFDict(line string) (sfDict, bool) {
 				return nil, false
 			}
 		}
-		out = setParam(out, key, v)
+		out = append(out, sfParam{key, v})
 		if !p.nextMember() {
 			return nil, false
 		}
@@ -824,16 +1033,6 @@ func (p *sfParser) nextMember() bool {
 	return !p.eof() // a trailing comma is malformed
 }
 
-func setParam(ps []sfParam, key string, v sfItem) []sfParam {
-	for i := range ps {
-		if ps[i].key == key {
-			ps[i].val = v
-			return ps
-		}
-	}
-	return append(ps, sfParam{key, v})
-}
-
 func (p *sfParser) itemOrInnerList() (sfItem, bool) {
 	if !p.eof() && p.peek() == '(' {
 		return p.innerList()
@@ -848,6 +1047,8 @@ func (p *sfParser) itemOrInnerList() (sfItem, bool) {
 
 func (p *sfParser) innerList() (sfItem, bool) {
 	p.i++ // (
+	// Its items' parameters are dropped.
+	mark := len(p.arena)
 	for {
 		p.skipSP()
 		if p.eof() {
@@ -855,6 +1056,7 @@ func (p *sfParser) innerList() (sfItem, bool) {
 		}
 		if p.peek() == ')' {
 			p.i++
+			p.arena = p.arena[:mark]
 			ps, ok := p.params()
 			return sfItem{kind: sfInner, params: ps}, ok
 		}
@@ -870,8 +1072,10 @@ func (p *sfParser) innerList() (sfItem, bool) {
 	}
 }
 
+// params reads an item's parameters into the parser's arena and returns
+// them (a slice of it that later ones do not overwrite).
 func (p *sfParser) params() ([]sfParam, bool) {
-	var ps []sfParam
+	start := len(p.arena)
 	for !p.eof() && p.peek() == ';' {
 		p.i++
 		p.skipSP()
@@ -886,9 +1090,12 @@ func (p *sfParser) params() ([]sfParam, bool) {
 				return nil, false
 			}
 		}
-		ps = setParam(ps, key, v)
+		p.arena = append(p.arena, sfParam{key, v})
 	}
-	return ps, true
+	if len(p.arena) == start {
+		return nil, true
+	}
+	return p.arena[start:len(p.arena):len(p.arena)], true
 }
 
 func (p *sfParser) key() (string, bool) {
@@ -929,20 +1136,21 @@ func (p *sfParser) bareItem() (sfItem, bool) {
 		return sfItem{}, false
 	case c == '@':
 		p.i++
-		start := p.i
 		it, ok := p.number()
-		if !ok || strings.IndexByte(p.s[start:p.i], '.') >= 0 { // a Date is an Integer
+		if !ok || !it.integer { // a Date is an Integer
 			return sfItem{}, false
 		}
-		return sfItem{kind: sfDate, num: it.num}, true
+		return sfItem{kind: sfDate, num: it.num, integer: true}, true
 	case c == '%':
 		return p.displayString()
 	}
 	return sfItem{}, false
 }
 
-// number reads an Integer or a Decimal (RFC 9651 §4.2.4), with any number
-// of digits: a value past float64's range saturates.
+// number reads an Integer or a Decimal as RFC 9651 section 4.2.4 does:
+// sf-integer, an optional "-" and 1 to 15 digits, or sf-decimal, an
+// optional "-", 1 to 12 digits, "." and 1 to 3 digits; more digits fail.
+// Its value is exact (an Integer) or the nearest float64 (a Decimal).
 func (p *sfParser) number() (sfItem, bool) {
 	start := p.i
 	if !p.eof() && p.peek() == '-' { // eof: "@" ends the field
@@ -952,32 +1160,50 @@ func (p *sfParser) number() (sfItem, bool) {
 	for !p.eof() && isDigit(p.peek()) {
 		p.i++
 	}
-	if p.i == digits {
+	n := p.i - digits
+	if n == 0 {
 		return sfItem{}, false
 	}
+	integer := true
 	if !p.eof() && p.peek() == '.' {
+		if n > 12 {
+			return sfItem{}, false
+		}
 		p.i++
 		frac := p.i
 		for !p.eof() && isDigit(p.peek()) {
 			p.i++
 		}
-		if p.i == frac {
+		if f := p.i - frac; f < 1 || f > 3 {
 			return sfItem{}, false
 		}
-	}
-	f, err := strconv.ParseFloat(p.s[start:p.i], 64)
-	if err != nil && !math.IsInf(f, 0) {
+		integer = false
+	} else if n > 15 {
 		return sfItem{}, false
 	}
-	if math.IsInf(f, 0) {
-		f = math.Copysign(math.MaxFloat64, f)
+	f, err := strconv.ParseFloat(p.s[start:p.i], 64) // the grammar checked: at most 15 digits
+	if err != nil {
+		return sfItem{}, false
 	}
-	return sfItem{kind: sfNumber, num: f}, true
+	return sfItem{kind: sfNumber, num: f, integer: integer}, true
 }
 
 func (p *sfParser) str() (sfItem, bool) {
 	p.i++ // "
+	start := p.i
+	for !p.eof() { // without an escape, the String is a part of the line
+		c := p.peek()
+		if c == '"' {
+			p.i++
+			return sfItem{kind: sfString, str: p.s[start : p.i-1]}, true
+		}
+		if c == '\\' || c < 0x20 || c > 0x7e {
+			break
+		}
+		p.i++
+	}
 	var b strings.Builder
+	b.WriteString(p.s[start:p.i])
 	for !p.eof() {
 		c := p.peek()
 		p.i++

@@ -5,6 +5,8 @@ import (
 	"math"
 	"net/http"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -97,9 +99,18 @@ var limitCases = []limitCase{
 		[]string{"RateLimit-Policy", `"a";q=10;W=1`, "RateLimit-Policy", `"b";q=20,`, "RateLimit-Policy", `"c";q=30 "d"`, "RateLimit-Policy", `"e";q=40;w=4`,
 			"RateLimit", `"e";r=1;t=1;`, "RateLimit", `"e";r=3;t=2`},
 		[]Limit{{Dimension: Requests, Policy: "e", Quota: 40, Window: 4 * time.Second, Remaining: 3, HasRemaining: true, Reset: 2 * time.Second, HasReset: true, Dialect: "ietf"}}},
-	{"ietf: huge numbers saturate",
-		[]string{"RateLimit", `"p";r=99999999999999999999;t=99999999999999999999`},
-		[]Limit{{Dimension: Requests, Policy: "p", Remaining: 1e20, HasRemaining: true, Reset: math.MaxInt64, HasReset: true, Dialect: "ietf"}}},
+	{"ietf: RFC 9651's largest numbers are read; a reset too long to hold saturates",
+		[]string{"RateLimit", `"p";r=999999999999999;t=999999999999999, "d";r=999999999999.999`},
+		[]Limit{
+			{Dimension: Requests, Policy: "p", Remaining: 999999999999999, HasRemaining: true, Reset: math.MaxInt64, HasReset: true, Dialect: "ietf"},
+			{Dimension: Requests, Policy: "d", Remaining: 999999999999.999, HasRemaining: true, Dialect: "ietf"},
+		}},
+	{"ietf: an Integer past 15 digits fails its line (RFC 9651 4.2.4)",
+		[]string{"RateLimit", `"p";r=9999999999999999;t=1`, "RateLimit", `"q";r=2`},
+		[]Limit{{Dimension: Requests, Policy: "q", Remaining: 2, HasRemaining: true, Dialect: "ietf"}}},
+	{"ietf: a Decimal past 12 digits or 3 decimals fails its line (RFC 9651 4.2.4)",
+		[]string{"RateLimit", `"p";r=1234567890123.5`, "RateLimit", `"p";r=1.2345`, "RateLimit-Policy", `"p";q=1;w=1.0001`, "RateLimit-Policy", `"p";q=1.;w=1`},
+		nil},
 
 	// The older drafts.
 	{"ratelimit: dictionary with an unnamed policy (draft-07, RateLimit-Policy)",
@@ -148,9 +159,12 @@ var limitCases = []limitCase{
 	{"x-ratelimit: the same header in two spellings is one limit",
 		[]string{"x-ratelimit-limit", "60", "X-RateLimit-Limit", "60", "x-ratelimit-remaining", "59"},
 		[]Limit{{Dimension: Requests, Quota: 60, Remaining: 59, HasRemaining: true, Dialect: "x-ratelimit"}}},
-	{"x-ratelimit: numbers past float64 saturate",
-		[]string{"X-RateLimit-Limit", "1e400", "X-RateLimit-Remaining", "-1e400"},
+	{"x-ratelimit: digits past float64 saturate",
+		[]string{"X-RateLimit-Limit", "1" + strings.Repeat("0", 400), "X-RateLimit-Remaining", "-1" + strings.Repeat("0", 400)},
 		[]Limit{{Dimension: Requests, Quota: math.MaxFloat64, Dialect: "x-ratelimit"}}},
+	{"x-ratelimit: spaces and tabs around a value are not part of it (RFC 9110 5.5)",
+		[]string{"X-RateLimit-Limit", " \t60 ", "X-RateLimit-Remaining", "\t59", "X-RateLimit-Reset", "30.5\t"},
+		[]Limit{{Dimension: Requests, Quota: 60, Remaining: 59, HasRemaining: true, Reset: 30500 * time.Millisecond, HasReset: true, Dialect: "x-ratelimit"}}},
 	{"x-ratelimit: malformed fields are ignored, the others read",
 		[]string{"X-RateLimit-Limit", "-60", "X-RateLimit-Remaining", "NaN", "X-RateLimit-Reset", "1772366460"},
 		[]Limit{{Dimension: Requests, Reset: time.Minute, HasReset: true, Dialect: "x-ratelimit"}}},
@@ -374,8 +388,9 @@ func TestLimitsRetryAfter(t *testing.T) {
 		{"seconds malformed, milliseconds read", header("Retry-After", "soon", "retry-after-ms", "250"), 250 * time.Millisecond, true},
 		{"milliseconds malformed, seconds read", header("Retry-After", "3", "retry-after-ms", "-5"), 3 * time.Second, true},
 		{"both malformed", header("Retry-After", "-3", "retry-after-ms", "x"), 0, false},
-		{"milliseconds saturate", header("retry-after-ms", "1e300"), math.MaxInt64, true},
-		{"milliseconds past float64 saturate", header("retry-after-ms", "1e400"), math.MaxInt64, true},
+		{"milliseconds saturate", header("retry-after-ms", "1"+strings.Repeat("0", 300)), math.MaxInt64, true},
+		{"milliseconds past float64 saturate", header("retry-after-ms", "1"+strings.Repeat("0", 400)), math.MaxInt64, true},
+		{"an exponent is not a number", header("retry-after-ms", "1e3"), 0, false},
 		{"infinity is not a number", header("retry-after-ms", "+Inf"), 0, false},
 		{"seconds saturate", header("Retry-After", "99999999999999999999999", "retry-after-ms", "5"), math.MaxInt64, true},
 	} {
@@ -446,9 +461,71 @@ var knownDialects = map[string]bool{"ietf": true, "ratelimit": true, "x-ratelimi
 
 func finiteNonNeg(f float64) bool { return f >= 0 && !math.IsInf(f, 0) }
 
+// witnesses returns the numbers a grammar of ParseLimits could read in
+// the values: every run of digits and points that is an RFC 9651 number,
+// and every whole value that is a plain count or plain seconds
+// (saturating past float64). Each number ParseLimits reads must be one of
+// them (or, for a Reset or a Window, seconds of one).
+func witnesses(h http.Header) map[float64]bool {
+	out := map[float64]bool{}
+	digitRuns := regexp.MustCompile(`-?[0-9.]+`)
+	for _, vs := range h {
+		for _, v := range vs {
+			for _, run := range digitRuns.FindAllString(v, -1) {
+				if sfGrammar.MatchString(run) {
+					x, _ := strconv.ParseFloat(run, 64)
+					out[x] = true
+				}
+			}
+			if decimalGrammar.MatchString(v) {
+				x, _ := strconv.ParseFloat(strings.Trim(v, " \t"), 64)
+				out[min(x, math.MaxFloat64)] = true
+			}
+		}
+	}
+	return out
+}
+
+// witnessed reports whether every number l states comes from one of the
+// witnesses: Quota and Remaining as they are (an X-RateLimit Remaining
+// may be Quota less X-RateLimit-Used), Reset and Window of the
+// Structured Field dialects as seconds of one (the other dialects' resets
+// are durations and times: FuzzLimitResetDuration, FuzzRFC3339,
+// FuzzNumberGrammar).
+func witnessed(l Limit, w map[float64]bool) bool {
+	asSeconds := func(d time.Duration) bool {
+		for x := range w {
+			if seconds(x) == d {
+				return true
+			}
+		}
+		return false
+	}
+	if l.Quota != 0 && !w[l.Quota] {
+		return false
+	}
+	if l.HasRemaining && !w[l.Remaining] {
+		derived := false
+		for used := range w {
+			derived = derived || (l.Dialect == dialectGitHub || l.Dialect == dialectX) && w[l.Quota] && l.Remaining == nonNegZero(max(0, l.Quota-used))
+		}
+		if !derived {
+			return false
+		}
+	}
+	if l.Dialect == dialectIETF || l.Dialect == dialectRateLimit {
+		if l.HasReset && l.Reset != 0 && !asSeconds(l.Reset) || l.Window != 0 && !asSeconds(l.Window) {
+			return false
+		}
+	}
+	return true
+}
+
 // FuzzParseLimits: never panics; every limit is finite, non-negative, of a
-// known dialect, with a finite positive rate when it has one; the same
-// headers always give the same limits, and never the same limit twice.
+// known dialect, with a finite positive rate when it has one; every number
+// it states is one a dialect's grammar reads in the headers (witnessed);
+// the same headers always give the same limits, and never the same limit
+// twice.
 func FuzzParseLimits(f *testing.F) {
 	for _, c := range limitCases {
 		fields, values := encodeLimitCase(c.kv)
@@ -456,10 +533,15 @@ func FuzzParseLimits(f *testing.F) {
 	}
 	f.Add([]byte{1, 0}, `"a";r=1e3;t=1, "a";r=1, ("x" "y");r=1`+"\n"+`"a";q=1;w=1;pk=:=:`)
 	f.Add([]byte{12, 15}, "1h1h\n2562047h47m16.854775808s")
+	f.Add([]byte{5, 6, 1, 0}, "0x1p4\n1_000\n\"p\";r=1234567890123456\n\"p\";q=1.2345;w=1")
 	f.Fuzz(func(t *testing.T, fields []byte, values string) {
 		h := fuzzHeader(fields, values)
 		got := ParseLimits(h, now)
+		w := witnesses(h)
 		for i, l := range got {
+			if !witnessed(l, w) {
+				t.Fatalf("limit %d of %q states a number no grammar reads there: %+v", i, values, l)
+			}
 			if !finiteNonNeg(l.Quota) || !finiteNonNeg(l.Remaining) || l.Window < 0 || l.Reset < 0 ||
 				!knownDialects[l.Dialect] || l.Dimension == "" ||
 				!l.HasRemaining && l.Remaining != 0 || !l.HasReset && l.Reset != 0 {
@@ -499,7 +581,7 @@ func FuzzRetryAfter(f *testing.F) {
 			t.Fatalf("RetryAfter(%q, %q) = %v, %v", ra, ms, d, ok)
 		}
 		s, okS := ParseRetryAfter(ra, now)
-		_, okMs := count(ms)
+		_, okMs := plainDecimal(ms)
 		if ok != (okS || okMs) || okS && d < s {
 			t.Fatalf("RetryAfter(%q, %q) = %v, %v; Retry-After alone %v, %v; ms valid %v", ra, ms, d, ok, s, okS, okMs)
 		}
@@ -525,6 +607,99 @@ func FuzzLimitResetDuration(f *testing.F) {
 		want, err := time.ParseDuration(v)
 		if err != nil || d-want > 8 || want-d > 8 {
 			t.Fatalf("parseResetDuration(%q) = %v; time.ParseDuration: %v, %v", s, d, want, err)
+		}
+	})
+}
+
+// scanIETFLimits is appendIETFLimits as 0d46bc9 wrote it, scanning the
+// policies for every member (on the lines and members ParseLimits reads):
+// the reference policyIndex must agree with.
+func scanIETFLimits(h http.Header) []Limit {
+	return scanIETFLines(parseSFField(h, "RateLimit-Policy"), parseSFField(h, "RateLimit"))
+}
+
+func scanIETFLines(policyLines, ratelimitLines []sfLine) []Limit {
+	indexLimit := func(ls []Limit, name, pk string, exact bool) int {
+		for i, l := range ls {
+			if l.Policy == name && (l.Partition == pk || !exact && (pk == "" || l.Partition == "")) {
+				return i
+			}
+		}
+		return -1
+	}
+	var policies []Limit
+	for _, line := range policyLines {
+		for _, it := range line.items {
+			if it.kind != sfString && it.kind != sfToken {
+				continue
+			}
+			if l, ok := ietfPolicy(it); ok && indexLimit(policies, l.Policy, l.Partition, true) < 0 {
+				policies = append(policies, l)
+			}
+		}
+	}
+	matched := make([]bool, len(policies))
+	var unmatched []Limit
+	for _, line := range ratelimitLines {
+		for _, it := range line.items {
+			if it.kind != sfString && it.kind != sfToken {
+				continue
+			}
+			r, tr, hasT, pk, ok := ietfServiceLimit(it)
+			if !ok {
+				continue
+			}
+			i := indexLimit(policies, it.str, pk, true)
+			if i < 0 {
+				i = indexLimit(policies, it.str, pk, false)
+			}
+			if i >= 0 {
+				if matched[i] {
+					continue
+				}
+				matched[i] = true
+				p := &policies[i]
+				p.Remaining, p.HasRemaining = r, true
+				p.Reset, p.HasReset = tr, hasT
+				if p.Partition == "" {
+					p.Partition = pk
+				}
+				continue
+			}
+			if indexLimit(unmatched, it.str, pk, true) >= 0 {
+				continue
+			}
+			unmatched = append(unmatched, Limit{Dimension: Requests, Policy: it.str, Remaining: r, HasRemaining: true,
+				Reset: tr, HasReset: hasT, Partition: pk, Dialect: dialectIETF})
+		}
+	}
+	return append(policies, unmatched...)
+}
+
+// FuzzIETFIndexMatchesTheScan: the constant-time policyIndex pairs
+// policies and service limits as scanning the list did (partition keys
+// matched exactly, then a missing key on either side, a policy taking its
+// service limit's key).
+func FuzzIETFIndexMatchesTheScan(f *testing.F) {
+	f.Add(`"u";q=10;w=1, "u";q=20;w=1;pk=:YQ==:, "u";q=30;w=1, "v";q=1`, `"u";r=7;pk=:YQ==:, "u";r=1;pk=:Yg==:, "u";r=2;pk=:Yw==:, "u";r=3, "u";r=4;pk=:Yg==:, "w";r=5, "w";r=6`)
+	f.Add(`"a";q=1, "a";q=2;pk=:QQ==:`, `"a";r=1;pk=:Qg==:, "a";r=2;pk=:QQ==:, "a";r=3`)
+	for _, c := range limitCases {
+		var pol, rl []string
+		for i := 0; i+1 < len(c.kv); i += 2 {
+			switch http.CanonicalHeaderKey(c.kv[i]) {
+			case "Ratelimit-Policy":
+				pol = append(pol, c.kv[i+1])
+			case "Ratelimit":
+				rl = append(rl, c.kv[i+1])
+			}
+		}
+		f.Add(strings.Join(pol, ", "), strings.Join(rl, ", "))
+	}
+	f.Fuzz(func(t *testing.T, policy, ratelimit string) {
+		h := header("RateLimit-Policy", policy, "RateLimit", ratelimit)
+		got, want := appendIETFLimits(nil, parseSFField(h, "RateLimit-Policy"), parseSFField(h, "RateLimit")), scanIETFLimits(h)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("RateLimit-Policy %q, RateLimit %q:\n got %s\nwant %s", policy, ratelimit, fmtLimits(got), fmtLimits(want))
 		}
 	})
 }

@@ -82,8 +82,9 @@ func WithFlow(f func(*http.Request) (shaper.Flow, bool)) Option {
 // passed fails then with a *shaper.QueueFullError whose InFlight is set.
 func WithMaxWait(d time.Duration) Option { return func(t *Transport) { t.maxWait = max(d, 0) } }
 
-// WithFeedback turns the partner's feedback on or off (default on): a 429 or
-// 503 with Retry-After, or rate-limit headers with nothing remaining, pause
+// WithFeedback turns the partner's feedback on or off (default on): a
+// refusal with Retry-After (see Feedback: a 429, a 503, GitHub's 403), or
+// rate-limit headers with nothing remaining, pause
 // the request's key (see Shaper.Pause); headers with fewer calls remaining
 // before their reset than the contract would send clamp it, so that the
 // fleet spreads them evenly until the reset (see Shaper.Clamp). Feedback
@@ -484,15 +485,20 @@ func (t *Transport) learn(ctx context.Context, key string, resp *http.Response, 
 // Feedback reads what resp tells of its key's limits, at now (see
 // shaper.Feedback; Departed is left zero):
 //
-//   - Refused: a 429, or a 503 with Retry-After (retry-after-ms too).
-//   - Pause: that Retry-After; or, for any dimension (requests, tokens)
-//     the headers say has nothing left, the time until its reset; the
-//     longest of them.
+//   - Refused: a refusal for the partner's rate. A 429; a 503 with
+//     Retry-After (or retry-after-ms); a 403 with Retry-After or with
+//     headers saying a limit has nothing left (GitHub answers its
+//     primary and secondary limits so). A 403 without either is an
+//     authorization error, not a refusal.
+//   - Pause: on a refusal, its Retry-After; and, on any response, for
+//     any dimension (requests, tokens) the headers say has nothing left,
+//     the time until its reset; the longest of them.
 //   - Remaining and Reset: the request limit with the fewest requests
 //     left per second of its reset, when some are left.
 //   - Policy: the slowest request quota per window the partner states
 //     (RateLimit-Policy, and the quota and window of the dialects that
-//     state both, see Limit.Rate).
+//     state both, see Limit.Rate), whatever is left of it: a limit with
+//     nothing left states its quota too.
 //
 // Every dialect ParseLimits reads counts; malformed fields are ignored.
 func Feedback(resp *http.Response, now time.Time) shaper.Feedback {
@@ -500,31 +506,39 @@ func Feedback(resp *http.Response, now time.Time) shaper.Feedback {
 	if resp == nil {
 		return fb
 	}
-	limited := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable
-	if limited {
-		if d, ok := RetryAfter(resp.Header, now); ok {
-			fb.Pause = d
-			fb.Refused = true
-		}
-		if resp.StatusCode == http.StatusTooManyRequests {
-			fb.Refused = true
-		}
+	limits := ParseLimits(resp.Header, now)
+	wait, hasWait := RetryAfter(resp.Header, now)
+	exhausted := false
+	for _, l := range limits {
+		exhausted = exhausted || l.HasRemaining && l.Remaining < 1
+	}
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests:
+		fb.Refused = true
+	case http.StatusServiceUnavailable:
+		fb.Refused = hasWait
+	case http.StatusForbidden:
+		fb.Refused = hasWait || exhausted
+	}
+	if fb.Refused && hasWait {
+		fb.Pause = wait
 	}
 	policy := math.Inf(1)
-	for _, l := range ParseLimits(resp.Header, now) {
-		if l.HasRemaining && l.Remaining < 1 && l.HasReset {
-			fb.Pause = max(fb.Pause, l.Reset)
-			continue
-		}
-		if l.Dimension != Requests {
-			continue
-		}
-		if l.HasRemaining && l.HasReset && l.Reset > 0 {
+	for _, l := range limits {
+		switch {
+		case l.HasRemaining && l.Remaining < 1:
+			if l.HasReset {
+				fb.Pause = max(fb.Pause, l.Reset)
+			}
+		case l.Dimension == Requests && l.HasRemaining && l.HasReset && l.Reset > 0:
 			n := math.Floor(min(l.Remaining, math.MaxInt64/2))
 			// Tighter: fewer calls per unit of time.
 			if !fb.HasRemaining || n*fb.Reset.Seconds() < float64(fb.Remaining)*l.Reset.Seconds() {
 				fb.Remaining, fb.Reset, fb.HasRemaining = int64(n), l.Reset, true
 			}
+		}
+		if l.Dimension != Requests {
+			continue
 		}
 		if r, ok := l.Rate(); ok && r < policy && l.Quota >= 1 && l.Quota < math.MaxInt64/2 {
 			policy = r

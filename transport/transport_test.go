@@ -346,10 +346,9 @@ func TestFeedbackClampsTheKey(t *testing.T) {
 			t.Fatalf("feedback %v: Clamp calls %v, want %s", on, got, want)
 		}
 		if on {
-			// 3 calls in 6 s: the first under the clamp leaves 2 s after
-			// the request before it (the clamp replaces the margin's,
-			// its next slot moved to the new interval), the next 2 s
-			// after that. The store keeps instants in ms: 1 ms of
+			// 3 calls in 6 s: the first under the clamp leaves at once
+			// (1000/s keeps no margin, so no clamp held a slot), the next
+			// 2 s after it. The store keeps instants in ms: 1 ms of
 			// tolerance.
 			first, err := r.Reserve(context.Background(), "partner", 1)
 			if err != nil {
