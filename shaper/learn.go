@@ -118,7 +118,8 @@ type Learned struct {
 }
 
 // The learning's cadence: how often a process reads its fleet's record
-// and renews the clamp the rate makes, and how long that clamp lasts.
+// and renews the clamp the rate makes, and how long that clamp lasts
+// beyond the furthest slot it can hold (learnedClamp).
 const (
 	learnEvery     = 250 * time.Millisecond
 	learnClampSpan = 10 * time.Second
@@ -220,7 +221,7 @@ func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learned
 	to := int64(dep/store.TallyWidth) - 3
 	from := to - int64(1000/store.TallyWidth) + 1
 	add := lk.drain()
-	_, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: math.MaxUint64, Add: add, From: max(from, 1)})
+	_, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: learn.ReadOnly, Add: add, From: max(from, 1)})
 	if err != nil {
 		lk.undrain(add)
 		ts = make([]store.Tally, 0, len(lk.mine))
@@ -310,14 +311,16 @@ func (s *Shaper) learnSync(ctx context.Context, c *contract, key string, now tim
 	if now.UnixNano() < lk.next.Load() {
 		return
 	}
-	_, _ = s.learnUpdate(ctx, c, key, lk, now, nil)
+	_, _ = s.learnUpdate(ctx, c, key, lk, now, nil, false)
 }
 
 // learnUpdate applies f (nil: nothing) to key's record at now and writes
 // it back with the clamp its rate makes, when the record is still the one
 // this process read; otherwise it adopts the fleet's record and applies f
-// again. It reports whether f changed the record. lk.mu is held.
-func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *learnedKey, now time.Time, f func(*learn.State) bool) (bool, error) {
+// again. With reset it resets key's state keys but their clamps in the
+// same store call (store.LearnOp.Reset). It reports whether f changed the
+// record. lk.mu is held.
+func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *learnedKey, now time.Time, f func(*learn.State) bool, reset bool) (bool, error) {
 	ks, err := s.keysOf(c, key)
 	if err != nil {
 		return false, err
@@ -336,13 +339,13 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 		if changed || fresh {
 			rec = st.String()
 		}
-		if rec == "" && now.UnixNano() < lk.next.Load() {
+		if rec == "" && !reset && now.UnixNano() < lk.next.Load() {
 			return false, nil // nothing to write, and the clamp is fresh
 		}
 		rate := st.Rate(ms, p)
-		cl := &store.LearnClamp{Now: ms, Interval: 1000/rate + s.marginMs(c, lk, rate), Span: algorithms.DurationMillis(learnClampSpan)}
+		cl := learnedClamp(c, ms, 1000/rate+s.marginMs(c, lk, rate))
 		add := lk.drain()
-		cur, _, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: s.learner.ttl, Clamp: cl, Add: add})
+		cur, _, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: s.learner.ttl, Clamp: cl, Add: add, Reset: reset})
 		if err != nil {
 			lk.undrain(add)
 			lk.next.Store(now.Add(learnRetry).UnixNano())
@@ -366,6 +369,17 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 		last = fmt.Errorf("%w: key %q: the learned record kept changing under this process", ErrInvalidState, key)
 	}
 	return false, last
+}
+
+// learnedClamp is the clamp a learned interval (ms) sets at ms under
+// contract c. It outlasts the next slot it can hold: a slot is granted at
+// most c.maxQueue ahead, by a process that renewed the clamp at most
+// learnEvery before, and the next one is an interval after it. A clamp
+// that ended before the next slot its departures made would release that
+// slot at its end (and its renewal would start it afresh): a slow policy
+// would leak a departure every span.
+func learnedClamp(c *contract, ms, interval float64) *store.LearnClamp {
+	return &store.LearnClamp{Now: ms, Interval: interval, Span: algorithms.DurationMillis(learnClampSpan+c.maxQueue) + interval}
 }
 
 // marginMs is the margin Space set on lk, in ms, for a learned rate of
@@ -452,7 +466,7 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 			changed = st.Pause(ms, algorithms.DurationMillis(pause), p) || changed
 		}
 		return changed
-	})
+	}, false)
 	after := lk.st
 	lk.mu.Unlock()
 	if h := trace.From(ctx); h != nil && h.Learned != nil && after.Ver != before.Ver {
@@ -461,6 +475,36 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 	if pause > 0 {
 		return s.Pause(context.WithoutCancel(ctx), key, pause)
 	}
+	return err
+}
+
+// learnCap is Clamp on a shaper WithLearning: the remaining count caps
+// key's learned rate until the reset, in the record the fleet shares, so
+// that the learned clamp, renewed every learnEvery, carries it instead of
+// replacing it.
+func (s *Shaper) learnCap(ctx context.Context, c *contract, key string, remaining int64, reset time.Duration) error {
+	now := s.cfg.clock.Now()
+	ms := algorithms.Millis(now)
+	p := s.learner.params(c)
+	lk := s.learner.key(key, now)
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	_, err := s.learnUpdate(ctx, c, key, lk, now, func(st *learn.State) bool {
+		return st.Capped(ms, float64(remaining), algorithms.DurationMillis(reset), p)
+	}, false)
+	return err
+}
+
+// learnReset is Reset on a shaper WithLearning: key's schedule and pause
+// go, in the same store call that renews the learned rate's clamp, which
+// stays throughout: the key departs at its learned rate right after it,
+// its spacing unbroken, never at the contract's.
+func (s *Shaper) learnReset(ctx context.Context, c *contract, key string) error {
+	now := s.cfg.clock.Now()
+	lk := s.learner.key(key, now)
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	_, err := s.learnUpdate(ctx, c, key, lk, now, nil, true)
 	return err
 }
 
@@ -533,7 +577,7 @@ func (s *Shaper) learned(ctx context.Context, c *contract, key string) (*Learned
 	lk := s.learner.key(key, now)
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	cur, _, err := s.store.Learn(ctx, &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, &store.LearnOp{Now: ms, Want: math.MaxUint64})
+	cur, _, err := s.store.Learn(ctx, &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, &store.LearnOp{Now: ms, Want: learn.ReadOnly})
 	if err != nil {
 		return nil, err
 	}

@@ -140,7 +140,7 @@ func clampRate(r float64, p Params) float64 {
 // Start is the first record of a key, replacing a record of version ver
 // (0: none): the rate p.Start from now, slow start.
 func Start(ver uint64, now float64, p Params) State {
-	return State{Ver: ver + 1, Base: clampRate(p.Start, p), T0: now, Event: Started}
+	return State{Ver: NextVersion(ver), Base: clampRate(p.Start, p), T0: now, Event: Started}
 }
 
 // Refuse applies a refusal (429, 503) of a request that departed at
@@ -193,7 +193,7 @@ func (s *State) Advertise(now, rate, end float64, p Params) (changed bool) {
 		if s.PolicyEnd-now > (end-now)/2 {
 			return false
 		}
-		s.Ver++
+		s.Ver = NextVersion(s.Ver)
 		s.PolicyEnd = end
 		return true
 	}
@@ -217,7 +217,7 @@ func (s *State) Capped(now, remaining, reset float64, p Params) bool {
 	if cap >= s.Rate(now, p) {
 		return false
 	}
-	s.Ver++
+	s.Ver = NextVersion(s.Ver)
 	s.Cap, s.CapEnd = cap, now+reset
 	if s.Event != Refused { // a refusal's event keeps its Hold: one overload, one decrease
 		s.Event = Remaining
@@ -245,7 +245,7 @@ func (s *State) Pause(now, d float64, p Params) bool {
 }
 
 func (s *State) set(t0 float64, e Event) {
-	s.Ver++
+	s.Ver = NextVersion(s.Ver)
 	s.T0, s.Event = t0, e
 }
 
@@ -270,11 +270,12 @@ func Parse(v string) (State, error) {
 	if len(fs) != 12 {
 		return State{}, fmt.Errorf("learned record %q: %d fields, want 12", v, len(fs))
 	}
-	ver, err := strconv.ParseUint(fs[0], 10, 64)
-	if err != nil {
-		return State{}, fmt.Errorf("learned record %q: version: %w", v, err)
+	ver := Version(v)
+	if ver == 0 {
+		return State{}, fmt.Errorf("learned record %q: version %q is not a number from 1 to %d without a leading zero", v, fs[0], uint64(ReadOnly))
 	}
 	var n [11]float64
+	var err error
 	for i := range n {
 		n[i], err = strconv.ParseFloat(fs[i+1], 64)
 		if err != nil || math.IsNaN(n[i]) || math.IsInf(n[i], 0) || n[i] < 0 {
@@ -294,9 +295,33 @@ func Parse(v string) (State, error) {
 }
 
 // Version reads the version of an encoded record without parsing the
-// rest ("" is version 0), as a store does.
+// rest, as a store does (lua/learn.lua, string for string): its first
+// field, a decimal number without a leading zero that fits 64 bits;
+// anything else, and "", is version 0: no record.
 func Version(v string) uint64 {
 	f, _, _ := strings.Cut(v, " ")
-	n, _ := strconv.ParseUint(f, 10, 64)
+	if f == "" || f[0] == '0' {
+		return 0
+	}
+	n, err := strconv.ParseUint(f, 10, 64)
+	if err != nil {
+		return 0
+	}
 	return n
+}
+
+// ReadOnly is the version a caller expects when it only reads: no
+// record ever has it (NextVersion never gives it), so a store writes
+// nothing for it.
+const ReadOnly = math.MaxUint64
+
+// NextVersion is the version after v: v+1, and 1 after the last (then
+// ReadOnly - 1), never 0 (no record) nor ReadOnly. A record's version
+// that wrapped to 0 would read as none: a process joining the fleet
+// would replace the fleet's record with its start.
+func NextVersion(v uint64) uint64 {
+	if v >= ReadOnly-1 {
+		return 1
+	}
+	return v + 1
 }
