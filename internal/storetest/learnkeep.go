@@ -232,7 +232,9 @@ func LearnedKeepsThePartnersWord(t *testing.T, c Candidate) {
 		clk := timer.NewFake(T0)
 		ss := fleet(t, "clamp", c.New(), clk)
 		f := &Fleet{Clock: clk, Shapers: ss, Key: "k", Callers: 4,
-			Answer: func(s *shaper.Shaper, dep time.Time) { _ = s.Learn(bg, "k", shaper.Feedback{Departed: dep, Policy: shaper.PerSecond(50)}) }}
+			Answer: func(s *shaper.Shaper, dep time.Time) {
+				_ = s.Learn(bg, "k", shaper.Feedback{Departed: dep, Policy: shaper.PerSecond(50)})
+			}}
 		f.Run(t, 2*time.Second, nil)
 		at := clk.Now()
 		if err := ss[0].Clamp(bg, "k", 2, 10*time.Second); err != nil {
@@ -256,7 +258,9 @@ func LearnedKeepsThePartnersWord(t *testing.T, c Candidate) {
 		clk := timer.NewFake(T0)
 		ss := fleet(t, "reset", c.New(), clk)
 		f := &Fleet{Clock: clk, Shapers: ss, Key: "k", Callers: 16,
-			Answer: func(s *shaper.Shaper, dep time.Time) { _ = s.Learn(bg, "k", shaper.Feedback{Departed: dep, Policy: shaper.PerSecond(10)}) }}
+			Answer: func(s *shaper.Shaper, dep time.Time) {
+				_ = s.Learn(bg, "k", shaper.Feedback{Departed: dep, Policy: shaper.PerSecond(10)})
+			}}
 		f.Run(t, 3*time.Second, nil)
 		at := clk.Now().Add(7 * time.Millisecond) // between two slots
 		done := false
@@ -320,4 +324,3 @@ func LearnedKeepsThePartnersWord(t *testing.T, c Candidate) {
 		}
 	})
 }
-
