@@ -124,6 +124,9 @@ const (
 	learnEvery     = 250 * time.Millisecond
 	learnClampSpan = 10 * time.Second
 	learnRetry     = time.Second // after a failed store call
+	// learnPausedRefusal is how soon after a pause's end a refusal with
+	// another pause must come to count as a measurement (see Learn).
+	learnPausedRefusal = time.Minute
 )
 
 // learner is a learning shaper's state: per key, what this process holds
@@ -156,6 +159,9 @@ type learnedKey struct {
 	// store.TallyLife; pend, those not yet added to the fleet's.
 	mine map[int64]store.Tally
 	pend map[int64]store.Tally
+	// fleet is the fleet's tallies as the last store call read them: the
+	// probe's evidence (learnEvidence).
+	fleet []store.Tally
 }
 
 // record counts a response to a request that departed at dep (ms).
@@ -216,12 +222,19 @@ func (lk *learnedKey) undrain(ts []store.Tally) {
 // add their answers at least every learnEvery while they send: a bucket
 // is read once they have), read from the store with this process's answers
 // added; this process's own when the store cannot answer; -1 with fewer
-// than learn.MinSample answers.
-func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learnedKey, dep, ms float64) float64 {
+// than learn.MinSample answers. It also counts the requests accepted that
+// departed at or after since (ms; 0: none counted), in whole buckets.
+func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learnedKey, dep, ms, since float64) (rate float64, acceptedSince int64) {
 	to := int64(dep/store.TallyWidth) - 3
 	from := to - int64(1000/store.TallyWidth) + 1
+	first := from
+	sinceB := int64(math.MaxInt64)
+	if since > 0 {
+		sinceB = int64(math.Ceil(since / store.TallyWidth))
+		first = min(first, sinceB)
+	}
 	add := lk.drain()
-	_, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: learn.ReadOnly, Add: add, From: max(from, 1)})
+	_, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: learn.ReadOnly, Add: add, From: max(first, 1)})
 	if err != nil {
 		lk.undrain(add)
 		ts = make([]store.Tally, 0, len(lk.mine))
@@ -235,11 +248,45 @@ func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learned
 			accepted += t.Accepted
 			answered += t.Answered
 		}
+		if t.Bucket >= sinceB {
+			acceptedSince += t.Accepted
+		}
 	}
 	if answered < learn.MinSample {
-		return -1
+		return -1, acceptedSince
 	}
-	return float64(accepted) * 1000 / (float64(to-from+1) * store.TallyWidth)
+	return float64(accepted) * 1000 / (float64(to-from+1) * store.TallyWidth), acceptedSince
+}
+
+// learnEvidence is what the fleet's tallies, as the last store call read
+// them, say of the rate in force at ms (learn.State.Probe): the answers to
+// the requests that departed in the buckets from ProbeFrom (whole buckets)
+// to the one three before ms's (the other processes have added theirs),
+// at most 2 s of them and as many as make learn.MinSample at the rate (at
+// least 2).
+func learnEvidence(lk *learnedKey, st *learn.State, ms float64, p learn.Params) learn.Evidence {
+	start, ok := st.ProbeFrom(ms)
+	if !ok {
+		return learn.Evidence{}
+	}
+	r := st.Rate(ms, p)
+	n := int64(min(max(math.Ceil(learn.MinSample/r*1000/store.TallyWidth), 2), 8))
+	to := int64(ms/store.TallyWidth) - 3
+	from := max(to-n+1, int64(math.Ceil(start/store.TallyWidth)))
+	if from > to {
+		return learn.Evidence{}
+	}
+	ev := learn.Evidence{From: float64(from) * store.TallyWidth, To: float64(to+1) * store.TallyWidth}
+	for _, t := range lk.fleet {
+		if t.Bucket >= from && t.Bucket <= to {
+			ev.Accepted += t.Accepted
+			ev.Answered += t.Answered
+		}
+	}
+	if float64(ev.Answered) < float64(n)*store.TallyWidth/1000*r/2 {
+		return learn.Evidence{} // too short a window for the rate: wait for more
+	}
+	return ev
 }
 
 func newLearner(l *Learning) *learner {
@@ -318,8 +365,10 @@ func (s *Shaper) learnSync(ctx context.Context, c *contract, key string, now tim
 // it back with the clamp its rate makes, when the record is still the one
 // this process read; otherwise it adopts the fleet's record and applies f
 // again. With reset it resets key's state keys but their clamps in the
-// same store call (store.LearnOp.Reset). It reports whether f changed the
-// record. lk.mu is held.
+// same store call (store.LearnOp.Reset). The probe steps up as the
+// fleet's answers, read at the last call, show the rate accepted
+// (learnEvidence), written with the next call. It reports whether f or
+// the probe changed the record. lk.mu is held.
 func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *learnedKey, now time.Time, f func(*learn.State) bool, reset bool) (bool, error) {
 	ks, err := s.keysOf(c, key)
 	if err != nil {
@@ -335,6 +384,7 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 			st, fresh = learn.Start(lk.st.Ver, ms, p), true
 		}
 		changed := f != nil && f(&st)
+		changed = st.Probe(ms, learnEvidence(lk, &st, ms, p), p) || changed
 		rec := ""
 		if changed || fresh {
 			rec = st.String()
@@ -345,12 +395,14 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 		rate := st.Rate(ms, p)
 		cl := learnedClamp(c, ms, 1000/rate+s.marginMs(c, lk, rate))
 		add := lk.drain()
-		cur, _, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: s.learner.ttl, Clamp: cl, Add: add, Reset: reset})
+		from := max(int64((ms-store.TallyLife)/store.TallyWidth), 1) // every tally the store keeps: the probe's evidence
+		cur, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: s.learner.ttl, Clamp: cl, Add: add, From: from, Reset: reset})
 		if err != nil {
 			lk.undrain(add)
 			lk.next.Store(now.Add(learnRetry).UnixNano())
 			return false, err
 		}
+		lk.fleet = ts
 		if (rec == "" && learn.Version(cur) == st.Ver) || (rec != "" && cur == rec) {
 			lk.st = st
 			lk.next.Store(now.Add(learnEvery).UnixNano())
@@ -446,7 +498,7 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 		return err
 	}
 	l := &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}
-	accepted, measured := -1.0, false
+	accepted, since, measured := -1.0, int64(0), false
 	_, err = s.learnUpdate(ctx, c, key, lk, now, func(st *learn.State) bool {
 		changed := false
 		if fb.Policy != (Rate{}) {
@@ -456,11 +508,22 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 		if fb.HasRemaining && fb.Reset > 0 {
 			changed = st.Capped(ms, float64(fb.Remaining), algorithms.DurationMillis(min(fb.Reset, MaxPause)), p) || changed
 		}
-		if fb.Refused && st.Event != learn.None && dep >= st.T0 && !(st.Event == learn.Refused && dep < st.T0+learn.Hold) {
+		if fb.Refused && st.Event != learn.None && dep >= st.HoldFrom && !(st.Event == learn.Refused && dep < st.T0+learn.Hold) {
 			if !measured { // one read, however often the record changes under us
-				accepted, measured = s.acceptedRate(ctx, l, lk, dep, ms), true
+				accepted, since = s.acceptedRate(ctx, l, lk, dep, ms, st.Resumed)
+				measured = true
 			}
-			changed = st.Refuse(ms, dep, accepted, p) || changed
+			// A refusal with a pause (Retry-After, a 503) is the partner's
+			// unavailability as often as its limit: it measures the limit
+			// only when it follows another pause by less than
+			// learnPausedRefusal and the partner accepted requests sent
+			// between (the tallies tell within store.TallyLife of the
+			// pause's end). A storm of them pauses the key and lowers
+			// nothing; a partner refusing a rate too high with
+			// Retry-After each time it resumes is measured.
+			if pause == 0 || (st.Resumed > 0 && ms-st.Resumed < learnPausedRefusal.Seconds()*1000 && (ms-st.Resumed >= store.TallyLife || since > 0)) {
+				changed = st.Refuse(ms, dep, accepted, p) || changed
+			}
 		}
 		if pause > 0 {
 			changed = st.Pause(ms, algorithms.DurationMillis(pause), p) || changed
