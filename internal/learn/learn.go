@@ -77,14 +77,14 @@ func (e Event) String() string {
 
 // The curve's constants (ms where a time).
 const (
-	Beta      = 0.9    // the decrease: the rate kept, relative to Max
-	Keep      = 0.97   // the plateau: the rate held, relative to Max
-	Recover   = 1000.0 // the recovery's length
-	Plateau   = 5000.0 // the plateau's length at Level 0
-	MaxLevel  = 1      // the plateau is at most Plateau*2^MaxLevel long
-	Same      = 0.15   // a refusal finding Max within this share of the last one raises Level
-	MaxStep   = 8      // the probe's steps multiply the rate by 2^(k/2), k up to MaxStep
-	Hold      = 1000.0 // a refusal of a request that departed within Hold of a change changes nothing
+	Beta     = 0.9    // the decrease: the rate kept, relative to Max
+	Keep     = 0.97   // the plateau: the rate held, relative to Max
+	Recover  = 1000.0 // the recovery's length
+	Plateau  = 5000.0 // the plateau's length at Level 0
+	MaxLevel = 1      // the plateau is at most Plateau*2^MaxLevel long
+	Same     = 0.15   // a refusal finding Max within this share of the last one raises Level
+	MaxStep  = 8      // the probe's steps multiply the rate by 2^(k/2), k up to MaxStep
+	Hold     = 1000.0 // a refusal of a request that departed within Hold of a change changes nothing
 	// MinSample is how many answers the last second needs before a
 	// decrease trusts the rate the partner accepted in it.
 	MinSample = 5
