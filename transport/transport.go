@@ -92,7 +92,9 @@ func WithFeedback(on bool) Option { return func(t *Transport) { t.feedback = on 
 
 // WithMaxPause caps the pause feedback can impose (default DefaultMaxPause;
 // at most shaper.MaxPause, which a larger value is taken to mean). A partner
-// asking for more gets the cap, never nothing.
+// asking for more gets the cap, never nothing. It does not cut a remaining
+// count's reset: the count is spread until its reset however far (up to
+// shaper.MaxPause), never faster than it allows.
 func WithMaxPause(d time.Duration) Option {
 	return func(t *Transport) { t.maxPause = min(max(d, 0), shaper.MaxPause) }
 }
@@ -461,7 +463,10 @@ func (t *Transport) learn(ctx context.Context, key string, resp *http.Response, 
 	fb := Feedback(resp, time.Now())
 	fb.Departed = departed
 	fb.Pause = min(fb.Pause, t.maxPause, shaper.MaxPause)
-	fb.Reset = min(fb.Reset, t.maxPause, shaper.MaxPause)
+	// A count is spread until its own reset, however far: cut to
+	// maxPause it would be spent faster than it allows. maxPause bounds
+	// how long the partner may stop the key, not how slowly it paces it.
+	fb.Reset = min(fb.Reset, shaper.MaxPause)
 	// The caller's ctx may end with this response; what it taught must not.
 	ctx = context.WithoutCancel(ctx)
 	if l, ok := t.r.(shaper.Learner); ok {
@@ -476,7 +481,7 @@ func (t *Transport) learn(ctx context.Context, key string, resp *http.Response, 
 	// the fleet spreads them over it (see shaper.Shaper.Clamp).
 	if fb.HasRemaining {
 		if c, ok := t.r.(shaper.Clamper); ok {
-			_ = c.Clamp(ctx, key, fb.Remaining, min(fb.Reset, t.maxPause, shaper.MaxPause))
+			_ = c.Clamp(ctx, key, fb.Remaining, fb.Reset)
 		}
 	}
 }
