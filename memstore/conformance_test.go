@@ -30,3 +30,13 @@ func TestLearnedKeepsThePartnersWord(t *testing.T) {
 		return memstore.New(memstore.WithSweepInterval(0))
 	}})
 }
+
+// The class of the above on the memory store: whatever the feedback, a
+// stated policy, a remaining count and a clamp are kept, and the learned
+// rate stays under them (storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback).
+func TestLearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T) {
+	t.Parallel()
+	storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback(t, storetest.Candidate{Name: "memory", New: func() shaper.Store {
+		return memstore.New(memstore.WithSweepInterval(0))
+	}}, 100)
+}

@@ -77,16 +77,21 @@ func TestInFlightATakeCutShortLeavesNoPermit(t *testing.T) {
 // A learning fleet keeps what its partner said on a node and on a real
 // 3-master cluster, as on memory (storetest.LearnedKeepsThePartnersWord):
 // a slow policy's pace, a remaining count's, a clamp's, after a Reset,
-// across a version's wrap (lua/learn.lua reads versions as Go does).
+// across a version's wrap (lua/learn.lua reads versions as Go does); and
+// whatever the feedback (storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback).
 func TestLearnedKeepsThePartnersWord(t *testing.T) {
 	t.Parallel()
 	_, node := redisClient(t)
 	cluster := redistest.StartCluster(t).Client(t)
 	for _, client := range []redis.UniversalClient{node, cluster} {
-		storetest.LearnedKeepsThePartnersWord(t, storetest.Candidate{Name: fmt.Sprintf("%T", client), New: func() shaper.Store {
-			s := New(client, WithClientClock(), WithTimeout(slowMachine))
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		}})
+		t.Run(fmt.Sprintf("%T", client), func(t *testing.T) {
+			c := storetest.Candidate{Name: fmt.Sprintf("%T", client), New: func() shaper.Store {
+				s := New(client, WithClientClock(), WithTimeout(slowMachine))
+				t.Cleanup(func() { _ = s.Close() })
+				return s
+			}}
+			storetest.LearnedKeepsThePartnersWord(t, c)
+			storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback(t, c, 6)
+		})
 	}
 }

@@ -289,8 +289,8 @@ func (s *State) Advertise(now, rate, end float64, p Params) (changed bool) {
 		return true
 	}
 	if cur := s.Rate(now, p); s.Found > 0 && rate > s.Found && rate > cur {
-		if held && s.Policy > cur && s.PolicyEnd-now > (end-now)/2 {
-			return false // another claim above the rate in force, far from its end: nothing changes
+		if held && s.Policy < rate && s.Policy > cur && s.PolicyEnd-now > (end-now)/2 {
+			return false // a lower claim above the rate in force holds, far from its end: it stays
 		}
 		s.Ver = NextVersion(s.Ver)
 		s.Policy, s.PolicyEnd = rate, end
@@ -309,19 +309,24 @@ func (s *State) Advertise(now, rate, end float64, p Params) (changed bool) {
 }
 
 // Capped applies the partner's count of requests remaining until a reset
-// reset ms away: until then the rate is at most remaining per reset. It
-// changes nothing when that is no lower than the rate in force.
+// reset ms away: until then the rate is at most remaining per reset, and
+// the probe steps no higher. The latest count replaces the one in force,
+// as Clamp's do, except one no tighter that ends no later: the one in
+// force covers it (and nothing need be written). A count with none in
+// force is recorded even when the rate is below it, so that no probe
+// passes it before its reset.
 func (s *State) Capped(now, remaining, reset float64, p Params) bool {
 	if !(reset > 0) || !(remaining >= 0) {
 		return false
 	}
 	cap := max(remaining, 1) * 1000 / reset
-	if cap >= s.Rate(now, p) {
+	if s.Cap > 0 && now < s.CapEnd && cap >= s.Cap && now+reset <= s.CapEnd {
 		return false
 	}
+	lowers := cap < s.Rate(now, p)
 	s.Ver = NextVersion(s.Ver)
 	s.Cap, s.CapEnd = cap, now+reset
-	if s.Event != Refused { // a refusal's event keeps its Hold: one overload, one decrease
+	if lowers && s.Event != Refused { // a refusal's event keeps its Hold: one overload, one decrease
 		s.Event = Remaining
 	}
 	return true

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -106,6 +107,17 @@ func (f *Fleet) Run(t testing.TB, d time.Duration, step func(now time.Time) bool
 				f.Answer(s, c.dep)
 			}
 			c.state = 0
+		}
+	}
+}
+
+// Idle keeps the callers waiting to reserve from reserving for d: the
+// fleet goes quiet once the slots it holds have gone.
+func (f *Fleet) Idle(d time.Duration) {
+	until := f.Clock.Now().Add(d)
+	for i := range f.callers {
+		if c := &f.callers[i]; c.state == 0 && c.at.Before(until) {
+			c.at = until
 		}
 	}
 }
@@ -323,4 +335,209 @@ func LearnedKeepsThePartnersWord(t *testing.T, c Candidate) {
 			}
 		}
 	})
+}
+
+// statement is what a partner (or the user, with Clamp) said at At: until
+// End, departures granted from At on leave at least Interval apart.
+type statement struct {
+	what     string
+	at, end  time.Time
+	interval time.Duration
+}
+
+// LearnedKeepsWhatIsStatedWhateverTheFeedback is the class test of what
+// LearnedKeepsThePartnersWord checks instance by instance: seeded runs of
+// a learning fleet (two shapers, restarted at times, four callers, a
+// contract of 20/s) against a partner that changes its ways every few
+// seconds — a hidden limit refusing with plain 429s, a stated policy
+// (slow, fast, flipping), a fixed window with its remaining count and
+// reset near or far (pausing the key when nothing is left), a storm of
+// 503s with Retry-After — with the user's Clamp, Reset, and idle gaps
+// between. It checks, replaying the departures, that every departure
+// granted after a statement (a policy while it holds, a remaining count
+// until its reset or the next count, a Clamp until its reset) left at
+// least the stated interval after the one before it, and that the learned
+// rate Status reports never exceeds the contract, nor a policy or a count
+// in force.
+func LearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T, c Candidate, seeds int) {
+	t.Helper()
+	const contract = 20.0
+	for seed := range uint64(seeds) {
+		clk := timer.NewFake(T0)
+		st := c.New()
+		prefix := fmt.Sprintf("keepall%d-%s:", seed, c.Name)
+		mk := func() *shaper.Shaper {
+			s, err := shaper.New(st, shaper.PerSecond(contract), shaper.WithClock(clk), shaper.WithPrefix(prefix), shaper.WithMaxQueue(10*time.Second),
+				shaper.WithLearning(shaper.Learning{Start: shaper.PerSecond(5), Floor: shaper.PerSecond(1)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		rng := rand.New(rand.NewPCG(seed, 37))
+		var said []*statement
+		// What is in force, for the Status check: the latest policy, and
+		// the latest count (or Clamp).
+		var policy, count *statement
+		// state records a statement; it ends the one of its kind before
+		// it, which the latest replaces (a policy) or a tighter one keeps
+		// (a count, a Clamp).
+		state := func(prev *statement, what string, interval, life time.Duration) *statement {
+			now := clk.Now()
+			if prev != nil && prev.end.After(now) {
+				prev.end = now
+			}
+			said = append(said, &statement{what: what, at: now, end: now.Add(life), interval: interval})
+			return said[len(said)-1]
+		}
+		// The partner's ways.
+		mode := 0
+		var limit, burst, tokens float64
+		var last time.Time
+		var pol shaper.Rate
+		var flip int
+		var window time.Duration
+		var left, per int
+		var windowEnd time.Time
+		admit := func(at time.Time) bool { // the hidden token bucket
+			if !last.IsZero() {
+				tokens = min(burst, tokens+at.Sub(last).Seconds()*limit)
+			}
+			last = at
+			if tokens >= 1 {
+				tokens--
+				return true
+			}
+			return false
+		}
+		checkRate := func(s *shaper.Shaper, when string) {
+			stat, err := s.Status(bg, "k", 1)
+			if err != nil {
+				t.Fatalf("seed %d: Status: %v", seed, err)
+			}
+			r, now := stat.Learned.Rate, clk.Now()
+			bound := contract
+			for _, in := range []*statement{policy, count} {
+				if in != nil && now.Before(in.end) && !now.Before(in.at) {
+					bound = min(bound, float64(time.Second)/float64(in.interval))
+				}
+			}
+			if r > bound*(1+1e-9) {
+				rec, _, _ := store.Of(st).Learn(bg, &store.Learned{Base: prefix, Key: "k", KeySet: store.KeySet{Slot: "k"}}, &store.LearnOp{Now: float64(now.UnixMilli()), Want: learn.ReadOnly})
+				t.Fatalf("seed %d, %s: the learned rate %v is above %v (the contract, a policy or a count in force): %v %q", seed, when, r, bound, stat.Learned, rec)
+			}
+		}
+		f := &Fleet{Clock: clk, Shapers: []*shaper.Shaper{mk(), mk()}, Key: "k", Callers: 4}
+		f.Answer = func(s *shaper.Shaper, dep time.Time) {
+			fb := shaper.Feedback{Departed: dep}
+			switch mode {
+			case 0: // a hidden limit, plain 429s
+				fb.Refused = !admit(dep)
+			case 1: // a stated policy, flipping between two at each response at times
+				fb.Refused = !admit(dep)
+				flip++
+				fb.Policy = pol
+				if flip%2 == 0 && per > 0 {
+					fb.Policy = shaper.Rate{Count: pol.Count + int64(per), Period: pol.Period}
+				}
+				if per > 0 { // both are in force (as each process last heard one or the other): the looser bounds
+					fb2 := shaper.Rate{Count: pol.Count + int64(per), Period: pol.Period}
+					interval := fb2.Period / time.Duration(fb2.Count)
+					if policy == nil || policy.interval != interval || !clk.Now().Before(policy.end) {
+						policy = state(policy, "policies flipping up to "+fb2.String(), interval, max(fb2.Period, 30*time.Second)) // half a policy's life: what each statement guarantees
+					} else {
+						policy.end = clk.Now().Add(max(fb2.Period, 30*time.Second)) // half a policy's life: what each statement guarantees
+					}
+				}
+			case 2: // a fixed window and its count
+				if !dep.Before(windowEnd) {
+					left, windowEnd = per, windowEnd.Add(window*time.Duration(1+dep.Sub(windowEnd)/window))
+				}
+				fb.Refused = left == 0
+				if left > 0 {
+					left--
+				}
+				if !clk.Now().Before(windowEnd) { // answered after the window: the next one's count
+					left, windowEnd = per, windowEnd.Add(window*time.Duration(1+clk.Now().Sub(windowEnd)/window))
+				}
+				fb.HasRemaining, fb.Remaining, fb.Reset = true, int64(left), windowEnd.Sub(clk.Now())
+				if left == 0 {
+					fb.Pause = min(fb.Reset, 3*time.Second) // as transport.WithMaxPause(3 s) would cut it
+				}
+			case 3: // a storm of 503s
+				fb.Refused, fb.Pause = true, time.Second
+			}
+			if err := s.Learn(bg, "k", fb); err != nil {
+				t.Fatalf("seed %d: Learn: %v", seed, err)
+			}
+			if fb.Policy != (shaper.Rate{}) && (mode != 1 || per == 0) {
+				interval := fb.Policy.Period / time.Duration(fb.Policy.Count)
+				if policy == nil || policy.interval != interval || !clk.Now().Before(policy.end) {
+					policy = state(policy, "policy "+fb.Policy.String(), interval, max(fb.Policy.Period, 30*time.Second)) // half a policy's life: what each statement guarantees
+				} else {
+					policy.end = clk.Now().Add(max(fb.Policy.Period, 30*time.Second)) // half a policy's life: what each statement guarantees
+				}
+			}
+			if fb.HasRemaining && fb.Remaining > 0 && fb.Reset > 0 {
+				count = state(count, fmt.Sprintf("count %d in %v", fb.Remaining, fb.Reset), fb.Reset/time.Duration(fb.Remaining), fb.Reset)
+			}
+			checkRate(s, fmt.Sprintf("mode %d at %v", mode, clk.Now().Sub(T0)))
+		}
+		for range 40 {
+			mode = [...]int{0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3}[rng.IntN(20)]
+			limit, burst = 2+rng.Float64()*30, float64(1+rng.IntN(5))
+			switch mode {
+			case 1:
+				per = rng.IntN(2) * (1 + rng.IntN(40)) // flips between Count and Count+per, or states one
+				if rng.IntN(4) != 0 {
+					pol = shaper.Rate{Count: int64(1 + rng.IntN(20)), Period: time.Second}
+				} else {
+					pol = shaper.Rate{Count: int64(1 + rng.IntN(5)), Period: time.Duration(5+rng.IntN(25)) * time.Second}
+				}
+			case 2:
+				if rng.IntN(4) != 0 {
+					window, per = time.Duration(1+rng.IntN(10))*time.Second, 1+rng.IntN(60)
+				} else {
+					window, per = time.Duration(1+rng.IntN(10))*time.Minute, 60+rng.IntN(3000)
+				}
+				left, windowEnd = per, clk.Now().Add(window)
+			}
+			s := f.Shapers[rng.IntN(2)]
+			switch rng.IntN(8) {
+			case 0:
+				if err := s.Reset(bg, "k"); err != nil {
+					t.Fatalf("seed %d: Reset: %v", seed, err)
+				}
+			case 1: // a process restarts: what it held is gone, the store's record stays
+				f.Shapers[rng.IntN(2)] = mk()
+			case 2:
+				n, reset := int64(1+rng.IntN(5)), time.Duration(1+rng.IntN(20))*time.Second
+				if err := s.Clamp(bg, "k", n, reset); err != nil {
+					t.Fatalf("seed %d: Clamp: %v", seed, err)
+				}
+				if float64(n) < 1+contract*reset.Seconds() {
+					count = state(count, fmt.Sprintf("clamp %d in %v", n, reset), reset/time.Duration(n), reset)
+				}
+			case 3:
+				f.Idle(time.Duration(rng.IntN(30)) * time.Second)
+			}
+			n0 := len(f.Deps)
+			f.Run(t, time.Duration(500+rng.IntN(8000))*time.Millisecond, nil)
+			if testing.Verbose() {
+				stat, _ := f.Shapers[0].Status(bg, "k", 1)
+				t.Logf("seed %d at %v: mode %d: %d departures, %d statements; %v next %v", seed, clk.Now().Sub(T0), mode, len(f.Deps)-n0, len(said), stat.Learned, stat.Next.Sub(clk.Now()))
+			}
+		}
+		checked := 0
+		for _, s := range said {
+			if err := Spaced(f.Deps, s.at, s.end, s.interval); err != nil {
+				t.Fatalf("seed %d: %s at %v (until %v): %v", seed, s.what, s.at.Sub(T0), s.end.Sub(T0), err)
+			}
+			checked += Within(f.Deps, s.at, s.end)
+		}
+		if len(said) < 10 || checked < 20 {
+			t.Fatalf("seed %d: %d statements, %d departures under them: the run does not exercise the rule", seed, len(said), checked)
+		}
+		t.Logf("seed %d: %d departures, %d statements, %d checks of a departure against one", seed, len(f.Deps), len(said), checked)
+	}
 }
