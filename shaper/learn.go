@@ -23,8 +23,9 @@ type Learning struct {
 	// DefaultLearningFloor, or the contract when that is slower).
 	Floor Rate
 	// Start is a key's rate before its partner has said anything
-	// (default: Floor). It doubles every second until the partner
-	// refuses a request or states its policy.
+	// (default: Floor). It doubles each time the partner is seen
+	// accepting it (at most once a second) until the partner refuses a
+	// request or states its policy.
 	Start Rate
 	// Memory is how long the store keeps a key's learned record after
 	// its last change (default DefaultLearningMemory): a fleet restarted
@@ -101,16 +102,18 @@ type Learned struct {
 	// Rate is the rate in force, in requests per second.
 	Rate float64
 	// Found is the rate the partner was last found (a refusal) or said
-	// (a policy) to accept (0: not yet known: the rate doubles every
-	// second until a refusal or a policy); the rate then holds 0.97 of
-	// a rate found, all of a rate said.
+	// (a policy) to accept (0: not yet known: the rate doubles each time
+	// the partner is seen accepting it, until a refusal or a policy); the
+	// rate then holds 0.97 of a rate found, all of a rate said, and rises
+	// past it only as the partner's answers show each step accepted.
 	Found float64
 	// Policy is the rate the partner states, while its statement holds
 	// (0: none).
 	Policy float64
 	// Event is what last changed the rate: "started", "refused",
-	// "advertised", "remaining" or "paused"; "none" before the key's
-	// first reservation or feedback.
+	// "advertised", "remaining", "paused" or "probed" (a step up the
+	// partner's answers warranted); "none" before the key's first
+	// reservation or feedback.
 	Event string
 	// Changed is when it changed, on the shaper's clock (for "paused",
 	// the pause's end: the rate resumes from it).
