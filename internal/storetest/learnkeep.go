@@ -212,8 +212,7 @@ func LearnedKeepsThePartnersWord(t *testing.T, c Candidate) {
 			clk := timer.NewFake(T0)
 			var from, resetAt time.Time
 			left := rc.left
-			var f *Fleet
-			f = &Fleet{Clock: clk, Shapers: fleet(t, "remaining"+rc.reset.String(), c.New(), clk), Key: "k", Callers: 4,
+			f := &Fleet{Clock: clk, Shapers: fleet(t, "remaining"+rc.reset.String(), c.New(), clk), Key: "k", Callers: 4,
 				Answer: func(s *shaper.Shaper, dep time.Time) {
 					if from.IsZero() {
 						from, resetAt = clk.Now(), clk.Now().Add(rc.reset)
