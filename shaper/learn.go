@@ -73,8 +73,11 @@ type Feedback struct {
 	// request that departed before the learned rate last changed says
 	// nothing of the rate in force, and changes nothing.
 	Departed time.Time
-	// Refused says the partner refused the request for its rate: a 429,
-	// or a 503 with Retry-After (as transport.Feedback reads them).
+	// Refused says the partner refused the request for its rate: a 429
+	// (as transport.Feedback reads it; a 503 is the partner unavailable,
+	// which only pauses). A refusal measures the partner's limit (see
+	// docs/LEARNING.md); with a Pause, once per pause: the refusals of
+	// requests that departed before the pause's end change nothing.
 	Refused bool
 	// Pause is how long the partner asks everyone to wait (Retry-After,
 	// or headers saying nothing remains before their reset).
@@ -127,9 +130,6 @@ const (
 	learnEvery     = 250 * time.Millisecond
 	learnClampSpan = 10 * time.Second
 	learnRetry     = time.Second // after a failed store call
-	// learnPausedRefusal is how soon after a pause's end a refusal with
-	// another pause must come to count as a measurement (see Learn).
-	learnPausedRefusal = time.Minute
 )
 
 // learner is a learning shaper's state: per key, what this process holds
@@ -225,19 +225,12 @@ func (lk *learnedKey) undrain(ts []store.Tally) {
 // add their answers at least every learnEvery while they send: a bucket
 // is read once they have), read from the store with this process's answers
 // added; this process's own when the store cannot answer; -1 with fewer
-// than learn.MinSample answers. It also counts the requests accepted that
-// departed at or after since (ms; 0: none counted), in whole buckets.
-func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learnedKey, dep, ms, since float64) (rate float64, acceptedSince int64) {
+// than learn.MinSample answers.
+func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learnedKey, dep, ms float64) float64 {
 	to := int64(dep/store.TallyWidth) - 3
 	from := to - int64(1000/store.TallyWidth) + 1
-	first := from
-	sinceB := int64(math.MaxInt64)
-	if since > 0 {
-		sinceB = int64(math.Ceil(since / store.TallyWidth))
-		first = min(first, sinceB)
-	}
 	add := lk.drain()
-	_, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: learn.ReadOnly, Add: add, From: max(first, 1)})
+	_, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: learn.ReadOnly, Add: add, From: max(from, 1)})
 	if err != nil {
 		lk.undrain(add)
 		ts = make([]store.Tally, 0, len(lk.mine))
@@ -251,14 +244,11 @@ func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learned
 			accepted += t.Accepted
 			answered += t.Answered
 		}
-		if t.Bucket >= sinceB {
-			acceptedSince += t.Accepted
-		}
 	}
 	if answered < learn.MinSample {
-		return -1, acceptedSince
+		return -1
 	}
-	return float64(accepted) * 1000 / (float64(to-from+1) * store.TallyWidth), acceptedSince
+	return float64(accepted) * 1000 / (float64(to-from+1) * store.TallyWidth)
 }
 
 // learnEvidence is what the fleet's tallies, as the last store call read
@@ -501,7 +491,7 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 		return err
 	}
 	l := &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}
-	accepted, since, measured := -1.0, int64(0), false
+	accepted, measured := -1.0, false
 	_, err = s.learnUpdate(ctx, c, key, lk, now, func(st *learn.State) bool {
 		changed := false
 		if fb.Policy != (Rate{}) {
@@ -513,20 +503,9 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 		}
 		if fb.Refused && st.Event != learn.None && dep >= st.HoldFrom && !(st.Event == learn.Refused && dep < st.T0+learn.Hold) {
 			if !measured { // one read, however often the record changes under us
-				accepted, since = s.acceptedRate(ctx, l, lk, dep, ms, st.Resumed)
-				measured = true
+				accepted, measured = s.acceptedRate(ctx, l, lk, dep, ms), true
 			}
-			// A refusal with a pause (Retry-After, a 503) is the partner's
-			// unavailability as often as its limit: it measures the limit
-			// only when it follows another pause by less than
-			// learnPausedRefusal and the partner accepted requests sent
-			// between (the tallies tell within store.TallyLife of the
-			// pause's end). A storm of them pauses the key and lowers
-			// nothing; a partner refusing a rate too high with
-			// Retry-After each time it resumes is measured.
-			if pause == 0 || (st.Resumed > 0 && ms-st.Resumed < learnPausedRefusal.Seconds()*1000 && (ms-st.Resumed >= store.TallyLife || since > 0)) {
-				changed = st.Refuse(ms, dep, accepted, p) || changed
-			}
+			changed = st.Refuse(ms, dep, accepted, p) || changed
 		}
 		if pause > 0 {
 			changed = st.Pause(ms, algorithms.DurationMillis(pause), p) || changed

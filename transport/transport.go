@@ -489,8 +489,9 @@ func (t *Transport) learn(ctx context.Context, key string, resp *http.Response, 
 // Feedback reads what resp tells of its key's limits, at now (see
 // shaper.Feedback; Departed is left zero):
 //
-//   - Refused: a 429, or a 503 with Retry-After (retry-after-ms too).
-//   - Pause: that Retry-After; or, for any dimension (requests, tokens)
+//   - Refused: a 429. A 503 is the partner unavailable, not its rate
+//     refusing: it only pauses.
+//   - Pause: a 429's or a 503's Retry-After (retry-after-ms too); or, for any dimension (requests, tokens)
 //     the headers say has nothing left, the time until its reset; the
 //     longest of them.
 //   - Remaining and Reset: the request limit with the fewest requests
@@ -509,11 +510,11 @@ func Feedback(resp *http.Response, now time.Time) shaper.Feedback {
 	if limited {
 		if d, ok := RetryAfter(resp.Header, now); ok {
 			fb.Pause = d
-			fb.Refused = true
 		}
-		if resp.StatusCode == http.StatusTooManyRequests {
-			fb.Refused = true
-		}
+		// A 503 is the partner unavailable, not its rate refusing: it
+		// pauses (with Retry-After) and measures nothing, or a storm of
+		// them would take a learning key's rate down with each.
+		fb.Refused = resp.StatusCode == http.StatusTooManyRequests
 	}
 	policy := math.Inf(1)
 	for _, l := range ParseLimits(resp.Header, now) {

@@ -37,11 +37,10 @@
 //
 // A policy the partner states is adopted at once unless refusals found it
 // accepting less (Found) and the policy claims more than the rate in
-// force: then it only caps the rate, which gets there by probing. A
-// refusal that comes with a pause (Retry-After) is the partner's
-// unavailability as often as its limit: it counts as a measurement only
-// once the partner accepted a request after the last pause (the caller
-// checks, see Shaper.Learn).
+// force: then it only caps the rate, which gets there by probing. A pause
+// is not a measurement: it holds the rate where it was (a 503 with
+// Retry-After only pauses; a 429 with Retry-After is one refusal per
+// pause, as the refusals of requests sent before its end change nothing).
 package learn
 
 import (
@@ -114,7 +113,6 @@ type State struct {
 	CapEnd    float64
 	Found     float64 // the rate the last refusal found the partner accepting (0: none): a policy above it only caps the rate
 	Step      int     // the probe's steps since the last refusal, policy or pause (0..MaxStep)
-	Resumed   float64 // when the last pause ended (0: none)
 	// HoldFrom: a refusal of a request that departed before it changes
 	// nothing. A change that lowers the rate (a refusal, a policy below
 	// it, a pause's end) moves it to the change: the refusals of requests
@@ -344,7 +342,7 @@ func (s *State) Pause(now, d float64, p Params) bool {
 		return false
 	}
 	s.set(end, Paused)
-	s.Base, s.Step, s.Resumed, s.HoldFrom = r, 0, end, end
+	s.Base, s.Step, s.HoldFrom = r, 0, end
 	if s.Max > 0 {
 		s.Max = r / Keep // hold r, then probe
 	}
@@ -362,7 +360,7 @@ func (s State) String() string {
 	var b strings.Builder
 	b.WriteString(strconv.FormatUint(s.Ver, 10))
 	for _, f := range []float64{s.Base, s.Max, float64(s.Level), s.Prev, float64(s.PrevLevel), s.T0, float64(s.Event), s.Policy, s.PolicyEnd, s.Cap, s.CapEnd,
-		s.Found, float64(s.Step), s.Resumed, s.HoldFrom} {
+		s.Found, float64(s.Step), s.HoldFrom} {
 		b.WriteByte(' ')
 		b.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
 	}
@@ -370,21 +368,21 @@ func (s State) String() string {
 }
 
 // Parse decodes what String encoded; "" is the zero State (no record). A
-// record of the 12 fields written before Found, Step, Resumed and
-// HoldFrom reads with them 0 (HoldFrom T0).
+// record of the 12 fields written before Found, Step and HoldFrom reads
+// with them 0 (HoldFrom T0).
 func Parse(v string) (State, error) {
 	if v == "" {
 		return State{}, nil
 	}
 	fs := strings.Fields(v)
-	if len(fs) != 16 && len(fs) != 12 {
-		return State{}, fmt.Errorf("learned record %q: %d fields, want 16", v, len(fs))
+	if len(fs) != 15 && len(fs) != 12 {
+		return State{}, fmt.Errorf("learned record %q: %d fields, want 15", v, len(fs))
 	}
 	ver := Version(v)
 	if ver == 0 {
 		return State{}, fmt.Errorf("learned record %q: version %q is not a number from 1 to %d without a leading zero", v, fs[0], uint64(ReadOnly))
 	}
-	var n [15]float64
+	var n [14]float64
 	var err error
 	for i := range len(fs) - 1 {
 		n[i], err = strconv.ParseFloat(fs[i+1], 64)
@@ -401,13 +399,13 @@ func Parse(v string) (State, error) {
 		}
 	}
 	if len(fs) == 12 {
-		n[14] = n[5] // HoldFrom: T0, as Refuse read the older records
+		n[13] = n[5] // HoldFrom: T0, as Refuse read the older records
 	}
 	if n[12] > MaxStep || n[12] != math.Trunc(n[12]) {
 		return State{}, fmt.Errorf("learned record %q: step %v out of range", v, n[12])
 	}
 	return State{Ver: ver, Base: n[0], Max: n[1], Level: int(n[2]), Prev: n[3], PrevLevel: int(n[4]), T0: n[5], Event: Event(n[6]),
-		Policy: n[7], PolicyEnd: n[8], Cap: n[9], CapEnd: n[10], Found: n[11], Step: int(n[12]), Resumed: n[13], HoldFrom: n[14]}, nil
+		Policy: n[7], PolicyEnd: n[8], Cap: n[9], CapEnd: n[10], Found: n[11], Step: int(n[12]), HoldFrom: n[13]}, nil
 }
 
 // Version reads the version of an encoded record without parsing the

@@ -24,13 +24,13 @@ func TestEncodingRoundTrips(t *testing.T) {
 		t.Fatalf("Version: %d, want %d", Version(st.String()), st.Ver)
 	}
 	for _, bad := range []string{"x", "1 2 3", "1 1 1 0 0 0 0 9 0 0 0 0", "1 1 1 3 0 0 0 1 0 0 0 0", "1 -1 1 0 0 0 0 1 0 0 0 0", "1 NaN 1 0 0 0 0 1 0 0 0 0", "1 1 1 0.5 0 0 0 1 0 0 0 0",
-		"1 1 1 0 0 0 0 1 0 0 0 0 0 9 0 0", "1 1 1 0 0 0 0 1 0 0 0 0 0 0.5 0 0", "1 1 1 0 0 0 0 1 0 0 0 0 0 0 0", "0 1 1 0 0 0 0 1 0 0 0 0 0 0 0 0",
-		"01 1 1 0 0 0 0 1 0 0 0 0 0 0 0 0", "18446744073709551616 1 1 0 0 0 0 1 0 0 0 0 0 0 0 0"} {
+		"1 1 1 0 0 0 0 1 0 0 0 0 0 9 0", "1 1 1 0 0 0 0 1 0 0 0 0 0 0.5 0", "1 1 1 0 0 0 0 1 0 0 0 0 0 0", "0 1 1 0 0 0 0 1 0 0 0 0 0 0 0",
+		"01 1 1 0 0 0 0 1 0 0 0 0 0 0 0", "18446744073709551616 1 1 0 0 0 0 1 0 0 0 0 0 0 0"} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted a malformed record", bad)
 		}
 	}
-	// A record written before Found, Step, Resumed and HoldFrom reads.
+	// A record written before Found, Step and HoldFrom reads.
 	old, err := Parse("7 10 20 1 0 0 5000 2 0 0 0 0")
 	if err != nil || old.Ver != 7 || old.Max != 20 || old.HoldFrom != 5000 || old.Step != 0 {
 		t.Fatalf("an older record: %+v, %v", old, err)
@@ -275,7 +275,7 @@ func TestAPauseResumesWhereItWas(t *testing.T) {
 	t.Parallel()
 	st := State{Ver: 1, Base: 36, Max: 40, T0: 0, Event: Refused}
 	r := st.Rate(10_000, p)
-	if !st.Pause(10_000, 5000, p) || st.T0 != 15_000 || st.Resumed != 15_000 {
+	if !st.Pause(10_000, 5000, p) || st.T0 != 15_000 || st.HoldFrom != 15_000 {
 		t.Fatalf("pause: %+v", st)
 	}
 	for _, at := range []float64{10_000, 15_000, 15_000 + Recover + 1} {
