@@ -12,22 +12,25 @@
 --   interval; ARGV[6]: its span in ms; ARGV[7]: '1' to leave a key whose
 --   clamp in force spaces departures further apart; ARGV[8]: the
 --   oldest bucket kept (older ones are dropped); ARGV[9]: the first bucket
---   to read ('0': none); ARGV[10]: the tallies' life in ms; ARGV[11]: how
---   many tallies to add, then per tally its bucket, accepted and answered.
+--   to read ('0': none); ARGV[10]: the tallies' life in ms; ARGV[11]: '1'
+--   to reset the state keys first (reset: their schedules, ledgers and
+--   pauses go, their clamps stay; with a clamp only); ARGV[12]: how many
+--   tallies to add, then per tally its bucket, accepted and answered.
 -- The tallies are added whatever the version; when the record's version
--- is ARGV[1] the record and the clamp are written, otherwise neither is.
+-- is ARGV[1] the record, the reset and the clamp are written, otherwise
+-- none is.
 -- Reply: {the record in force after the call ('' for none), {bucket,
 --   accepted, answered, ...} of the buckets from ARGV[9], in bucket order}.
 local cur, why = get(KEYS[1])
 if cur == nil then return redis.error_reply('TKSTATE learned record ' .. why) end
 cur = cur or ''
-local nadd = tonumber(ARGV[11])
+local nadd = tonumber(ARGV[12])
 local tallies = {}
 if nadd > 0 or ARGV[9] ~= '0' then
   local ty = redis.call('TYPE', KEYS[2])['ok']
   if ty ~= 'none' and ty ~= 'hash' then return redis.error_reply('TKSTATE learned tallies hold a value of another type') end
   for i = 0, nadd - 1 do
-    local a = 12 + i * 3
+    local a = 13 + i * 3
     redis.call('HINCRBY', KEYS[2], 'a' .. ARGV[a], ARGV[a + 1])
     redis.call('HINCRBY', KEYS[2], 'n' .. ARGV[a], ARGV[a + 2])
   end
@@ -58,12 +61,20 @@ if nadd > 0 or ARGV[9] ~= '0' then
     end
   end
 end
+-- As learn.Version: the first field, a decimal number without a leading
+-- zero that fits 64 bits (same length: compared as strings), else none.
 local ver = string.match(cur, '^([^ ]*)') or ''
-if not string.match(ver, '^%d+$') then ver = '0' end -- as learn.Version: the first field, a number, else none
+if not string.match(ver, '^[1-9]%d*$') or #ver > 20 or (#ver == 20 and ver > '18446744073709551615') then ver = '0' end
 if ver ~= ARGV[1] then return {cur, tallies} end
 if ARGV[4] ~= '-' then
   local r = set_clamp(3, clock(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1')
   if type(r) == 'table' and r.err then return r end
+  if ARGV[11] == '1' then -- redisstore's Reset but the clamp (K:k, see derivedSuffixes)
+    for i = 3, #KEYS do
+      local k = KEYS[i]
+      redis.call('DEL', k, k .. ':p', k .. ':l', k .. ':h', k .. ':b', k .. ':c')
+    end
+  end
 end
 if ARGV[2] ~= '' then
   local ttl = math.ceil(tonumber(ARGV[3]))

@@ -19,3 +19,24 @@ func TestStatusConsumesNothing(t *testing.T) {
 		return memstore.New(memstore.WithSweepInterval(0))
 	}})
 }
+
+// A learning fleet keeps what its partner said on the memory store
+// (storetest.LearnedKeepsThePartnersWord): a slow policy's pace, a
+// remaining count's, a clamp's, after a Reset, across a version's wrap.
+// The Redis store's tests run the same suite on a node and a cluster.
+func TestLearnedKeepsThePartnersWord(t *testing.T) {
+	t.Parallel()
+	storetest.LearnedKeepsThePartnersWord(t, storetest.Candidate{Name: "memory", New: func() shaper.Store {
+		return memstore.New(memstore.WithSweepInterval(0))
+	}})
+}
+
+// The class of the above on the memory store: whatever the feedback, a
+// stated policy, a remaining count and a clamp are kept, and the learned
+// rate stays under them (storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback).
+func TestLearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T) {
+	t.Parallel()
+	storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback(t, storetest.Candidate{Name: "memory", New: func() shaper.Store {
+		return memstore.New(memstore.WithSweepInterval(0))
+	}}, 100)
+}

@@ -107,6 +107,9 @@ func (m *mem) Learn(ctx context.Context, l *store.Learned, op *store.LearnOp) (s
 		ls.keys[k] = cur
 	}
 	if c := op.Clamp; c != nil {
+		if op.Reset { // the clamp in force stays throughout: no reservation sees the keys unclamped
+			m.reset(l.KeySet, true)
+		}
 		m.clamp(l.KeySet, c.Now, c.Interval, c.Span, c.Tighter, false)
 	}
 	return cur.v, out, nil

@@ -166,6 +166,13 @@ func (m *mem) Pause(_ context.Context, ks store.KeySet, now, d float64) error {
 }
 
 func (m *mem) Reset(_ context.Context, ks store.KeySet) error {
+	m.reset(ks, false)
+	return nil
+}
+
+// reset is Reset; with keepClamps the partners' clamps stay (a learning
+// key's Reset, store.LearnOp.Reset).
+func (m *mem) reset(ks store.KeySet, keepClamps bool) {
 	keys := ks.Keys
 	m.each(ks, func(_ *memShard, sp *memSpace, _ *store.Dim, i int) {
 		if sp.keys.remove(keys[i]) {
@@ -175,9 +182,10 @@ func (m *mem) Reset(_ context.Context, ks store.KeySet) error {
 			delete(sp.paused, keys[i])
 			m.keys.Add(-1)
 		}
-		delete(sp.clamps, keys[i])
+		if !keepClamps {
+			delete(sp.clamps, keys[i])
+		}
 	})
-	return nil
 }
 
 // Clamp sets a partner's clamp on every key (see Shaper.Clamp). It

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/internal/learn"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/internal/store"
 	"github.com/throttlekit/throttlekit-go/internal/storetest"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
@@ -70,6 +72,64 @@ func TestInFlightATakeCutShortLeavesNoPermit(t *testing.T) {
 		}
 		if held := status.Dimensions[0].InFlight; held != 0 {
 			t.Fatalf("%T: %d permits held after every Acquire returned and every grant was released", client, held)
+		}
+	}
+}
+
+// A learning fleet keeps what its partner said on a node and on a real
+// 3-master cluster, as on memory (storetest.LearnedKeepsThePartnersWord):
+// a slow policy's pace, a remaining count's, a clamp's, after a Reset,
+// across a version's wrap (lua/learn.lua reads versions as Go does); and
+// whatever the feedback (storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback).
+func TestLearnedKeepsThePartnersWord(t *testing.T) {
+	t.Parallel()
+	_, node := redisClient(t)
+	cluster := redistest.StartCluster(t).Client(t)
+	for _, client := range []redis.UniversalClient{node, cluster} {
+		t.Run(fmt.Sprintf("%T", client), func(t *testing.T) {
+			c := storetest.Candidate{Name: fmt.Sprintf("%T", client), New: func() shaper.Store {
+				s := New(client, WithClientClock(), WithTimeout(slowMachine))
+				t.Cleanup(func() { _ = s.Close() })
+				return s
+			}}
+			storetest.LearnedKeepsThePartnersWord(t, c)
+			storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback(t, c, 6)
+		})
+	}
+}
+
+// lua/learn.lua reads a record's version as learn.Version does, string
+// for string: it writes over a record exactly when the version the caller
+// expects is the one Go reads, so Go and Lua agree on every record, foreign
+// ones included (issue 37, defect 27: a version is never taken for 0, "no
+// record", unless Go takes it so too).
+func TestLearnReadsAVersionAsGoDoes(t *testing.T) {
+	t.Parallel()
+	_, client := redisClient(t)
+	st := New(client, WithClientClock(), WithTimeout(slowMachine))
+	defer st.Close()
+	b := store.Of(st)
+	l := &store.Learned{Base: "ver:", Key: "k", KeySet: store.KeySet{Slot: "k"}}
+	for i, v := range []string{"", "0 1", "1 2", "007 1", "7 1", "+7 1", "7x 1", " 7 1", "7", "18446744073709551614 1", "18446744073709551615 1",
+		"18446744073709551616 1", "99999999999999999999 1", "100000000000000000000 1", "1e3 1", "٣ 1"} {
+		l.Key = fmt.Sprintf("k%d", i)
+		if v != "" {
+			if err := client.Set(context.Background(), learnedKey(l), v, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := learn.Version(v)
+		for _, try := range []uint64{want, want + 1} {
+			cur, _, err := b.Learn(context.Background(), l, &store.LearnOp{Now: 1, Want: try, Rec: "5 x", TTL: 1e6})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wrote := cur == "5 x"; wrote != (try == want) {
+				t.Fatalf("record %q: Go reads version %d; expecting %d, the script wrote: %v", v, want, try, wrote)
+			}
+			if cur == "5 x" {
+				break
+			}
 		}
 	}
 }

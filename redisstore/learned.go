@@ -45,9 +45,13 @@ func (r *backend) Learn(ctx context.Context, l *store.Learned, op *store.LearnOp
 		}
 	}
 	oldest := int64((op.Now - store.TallyLife) / store.TallyWidth)
-	args := make([]any, 0, 11+3*len(op.Add))
+	reset := "0"
+	if op.Reset && c != nil {
+		reset = "1"
+	}
+	args := make([]any, 0, 12+3*len(op.Add))
 	args = append(args, strconv.FormatUint(op.Want, 10), op.Rec, script.Float(op.TTL), clampNow, interval, span, tighter,
-		strconv.FormatInt(oldest, 10), strconv.FormatInt(op.From, 10), script.Float(store.TallyLife), strconv.Itoa(len(op.Add)))
+		strconv.FormatInt(oldest, 10), strconv.FormatInt(op.From, 10), script.Float(store.TallyLife), reset, strconv.Itoa(len(op.Add)))
 	for _, t := range op.Add {
 		args = append(args, strconv.FormatInt(t.Bucket, 10), strconv.FormatInt(t.Accepted, 10), strconv.FormatInt(t.Answered, 10))
 	}

@@ -20,7 +20,10 @@ import (
 // holds stays held, but no later than the new interval after the
 // departure before it, so a clamp never delays the next departure past
 // where it was. A cancelled slot that was the last under a clamp gives the clamp's slot
-// back; granted slots keep their times. A remaining count the contract could not exceed before the reset
+// back; granted slots keep their times. On a shaper WithLearning the
+// count caps the key's learned rate until the reset (remaining per reset,
+// fleet-wide, see docs/LEARNING.md): the learned rate's clamp, renewed,
+// keeps it, and a cap already tighter stays. A remaining count the contract could not exceed before the reset
 // anyway records nothing; remaining <= 0 pauses the key until the reset;
 // reset <= 0 does nothing; a reset above MaxPause is a *ConfigError.
 func (s *Shaper) Clamp(ctx context.Context, key string, remaining int64, reset time.Duration) error {
@@ -45,6 +48,9 @@ func (s *Shaper) Clamp(ctx context.Context, key string, remaining int64, reset t
 	c := s.live()
 	if float64(remaining) >= s.allowance(c, reset) {
 		return nil
+	}
+	if s.learner != nil { // the learned rate's clamp carries it: one clamp per key, which its renewal never loosens
+		return s.learnCap(ctx, c, key, remaining, reset)
 	}
 	ks, err := s.keysOf(c, key)
 	if err != nil {

@@ -23,8 +23,9 @@ type Learning struct {
 	// DefaultLearningFloor, or the contract when that is slower).
 	Floor Rate
 	// Start is a key's rate before its partner has said anything
-	// (default: Floor). It doubles every second until the partner
-	// refuses a request or states its policy.
+	// (default: Floor). It doubles each time the partner is seen
+	// accepting it (at most once a second) until the partner refuses a
+	// request or states its policy.
 	Start Rate
 	// Memory is how long the store keeps a key's learned record after
 	// its last change (default DefaultLearningMemory): a fleet restarted
@@ -72,8 +73,11 @@ type Feedback struct {
 	// request that departed before the learned rate last changed says
 	// nothing of the rate in force, and changes nothing.
 	Departed time.Time
-	// Refused says the partner refused the request for its rate: a 429,
-	// or a 503 with Retry-After (as transport.Feedback reads them).
+	// Refused says the partner refused the request for its rate: a 429
+	// (as transport.Feedback reads it; a 503 is the partner unavailable,
+	// which only pauses). A refusal measures the partner's limit (see
+	// docs/LEARNING.md); with a Pause, once per pause: the refusals of
+	// requests that departed before the pause's end change nothing.
 	Refused bool
 	// Pause is how long the partner asks everyone to wait (Retry-After,
 	// or headers saying nothing remains before their reset).
@@ -101,16 +105,18 @@ type Learned struct {
 	// Rate is the rate in force, in requests per second.
 	Rate float64
 	// Found is the rate the partner was last found (a refusal) or said
-	// (a policy) to accept (0: not yet known: the rate doubles every
-	// second until a refusal or a policy); the rate then holds 0.97 of
-	// a rate found, all of a rate said.
+	// (a policy) to accept (0: not yet known: the rate doubles each time
+	// the partner is seen accepting it, until a refusal or a policy); the
+	// rate then holds 0.97 of a rate found, all of a rate said, and rises
+	// past it only as the partner's answers show each step accepted.
 	Found float64
 	// Policy is the rate the partner states, while its statement holds
 	// (0: none).
 	Policy float64
 	// Event is what last changed the rate: "started", "refused",
-	// "advertised", "remaining" or "paused"; "none" before the key's
-	// first reservation or feedback.
+	// "advertised", "remaining", "paused" or "probed" (a step up the
+	// partner's answers warranted); "none" before the key's first
+	// reservation or feedback.
 	Event string
 	// Changed is when it changed, on the shaper's clock (for "paused",
 	// the pause's end: the rate resumes from it).
@@ -118,7 +124,8 @@ type Learned struct {
 }
 
 // The learning's cadence: how often a process reads its fleet's record
-// and renews the clamp the rate makes, and how long that clamp lasts.
+// and renews the clamp the rate makes, and how long that clamp lasts
+// beyond the furthest slot it can hold (learnedClamp).
 const (
 	learnEvery     = 250 * time.Millisecond
 	learnClampSpan = 10 * time.Second
@@ -155,6 +162,9 @@ type learnedKey struct {
 	// store.TallyLife; pend, those not yet added to the fleet's.
 	mine map[int64]store.Tally
 	pend map[int64]store.Tally
+	// fleet is the fleet's tallies as the last store call read them: the
+	// probe's evidence (learnEvidence).
+	fleet []store.Tally
 }
 
 // record counts a response to a request that departed at dep (ms).
@@ -220,7 +230,7 @@ func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learned
 	to := int64(dep/store.TallyWidth) - 3
 	from := to - int64(1000/store.TallyWidth) + 1
 	add := lk.drain()
-	_, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: math.MaxUint64, Add: add, From: max(from, 1)})
+	_, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: learn.ReadOnly, Add: add, From: max(from, 1)})
 	if err != nil {
 		lk.undrain(add)
 		ts = make([]store.Tally, 0, len(lk.mine))
@@ -239,6 +249,37 @@ func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learned
 		return -1
 	}
 	return float64(accepted) * 1000 / (float64(to-from+1) * store.TallyWidth)
+}
+
+// learnEvidence is what the fleet's tallies, as the last store call read
+// them, say of the rate in force at ms (learn.State.Probe): the answers to
+// the requests that departed in the buckets from ProbeFrom (whole buckets)
+// to the one three before ms's (the other processes have added theirs),
+// at most 2 s of them and as many as make learn.MinSample at the rate (at
+// least 2).
+func learnEvidence(lk *learnedKey, st *learn.State, ms float64, p learn.Params) learn.Evidence {
+	start, ok := st.ProbeFrom(ms)
+	if !ok {
+		return learn.Evidence{}
+	}
+	r := st.Rate(ms, p)
+	n := int64(min(max(math.Ceil(learn.MinSample/r*1000/store.TallyWidth), 2), 8))
+	to := int64(ms/store.TallyWidth) - 3
+	from := max(to-n+1, int64(math.Ceil(start/store.TallyWidth)))
+	if from > to {
+		return learn.Evidence{}
+	}
+	ev := learn.Evidence{From: float64(from) * store.TallyWidth, To: float64(to+1) * store.TallyWidth}
+	for _, t := range lk.fleet {
+		if t.Bucket >= from && t.Bucket <= to {
+			ev.Accepted += t.Accepted
+			ev.Answered += t.Answered
+		}
+	}
+	if float64(ev.Answered) < float64(n)*store.TallyWidth/1000*r/2 {
+		return learn.Evidence{} // too short a window for the rate: wait for more
+	}
+	return ev
 }
 
 func newLearner(l *Learning) *learner {
@@ -310,14 +351,18 @@ func (s *Shaper) learnSync(ctx context.Context, c *contract, key string, now tim
 	if now.UnixNano() < lk.next.Load() {
 		return
 	}
-	_, _ = s.learnUpdate(ctx, c, key, lk, now, nil)
+	_, _ = s.learnUpdate(ctx, c, key, lk, now, nil, false)
 }
 
 // learnUpdate applies f (nil: nothing) to key's record at now and writes
 // it back with the clamp its rate makes, when the record is still the one
 // this process read; otherwise it adopts the fleet's record and applies f
-// again. It reports whether f changed the record. lk.mu is held.
-func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *learnedKey, now time.Time, f func(*learn.State) bool) (bool, error) {
+// again. With reset it resets key's state keys but their clamps in the
+// same store call (store.LearnOp.Reset). The probe steps up as the
+// fleet's answers, read at the last call, show the rate accepted
+// (learnEvidence), written with the next call. It reports whether f or
+// the probe changed the record. lk.mu is held.
+func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *learnedKey, now time.Time, f func(*learn.State) bool, reset bool) (bool, error) {
 	ks, err := s.keysOf(c, key)
 	if err != nil {
 		return false, err
@@ -332,22 +377,25 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 			st, fresh = learn.Start(lk.st.Ver, ms, p), true
 		}
 		changed := f != nil && f(&st)
+		changed = st.Probe(ms, learnEvidence(lk, &st, ms, p), p) || changed
 		rec := ""
 		if changed || fresh {
 			rec = st.String()
 		}
-		if rec == "" && now.UnixNano() < lk.next.Load() {
+		if rec == "" && !reset && now.UnixNano() < lk.next.Load() {
 			return false, nil // nothing to write, and the clamp is fresh
 		}
 		rate := st.Rate(ms, p)
-		cl := &store.LearnClamp{Now: ms, Interval: 1000/rate + s.marginMs(c, lk, rate), Span: algorithms.DurationMillis(learnClampSpan)}
+		cl := learnedClamp(c, ms, 1000/rate+s.marginMs(c, lk, rate))
 		add := lk.drain()
-		cur, _, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: s.learner.ttl, Clamp: cl, Add: add})
+		from := max(int64((ms-store.TallyLife)/store.TallyWidth), 1) // every tally the store keeps: the probe's evidence
+		cur, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: s.learner.ttl, Clamp: cl, Add: add, From: from, Reset: reset})
 		if err != nil {
 			lk.undrain(add)
 			lk.next.Store(now.Add(learnRetry).UnixNano())
 			return false, err
 		}
+		lk.fleet = ts
 		if (rec == "" && learn.Version(cur) == st.Ver) || (rec != "" && cur == rec) {
 			lk.st = st
 			lk.next.Store(now.Add(learnEvery).UnixNano())
@@ -366,6 +414,17 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 		last = fmt.Errorf("%w: key %q: the learned record kept changing under this process", ErrInvalidState, key)
 	}
 	return false, last
+}
+
+// learnedClamp is the clamp a learned interval (ms) sets at ms under
+// contract c. It outlasts the next slot it can hold: a slot is granted at
+// most c.maxQueue ahead, by a process that renewed the clamp at most
+// learnEvery before, and the next one is an interval after it. A clamp
+// that ended before the next slot its departures made would release that
+// slot at its end (and its renewal would start it afresh): a slow policy
+// would leak a departure every span.
+func learnedClamp(c *contract, ms, interval float64) *store.LearnClamp {
+	return &store.LearnClamp{Now: ms, Interval: interval, Span: algorithms.DurationMillis(learnClampSpan+c.maxQueue) + interval}
 }
 
 // marginMs is the margin Space set on lk, in ms, for a learned rate of
@@ -439,10 +498,10 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 			life := max(2*fb.Policy.Period, time.Minute)
 			changed = st.Advertise(ms, perSecond(fb.Policy), ms+algorithms.DurationMillis(life), p) || changed
 		}
-		if fb.HasRemaining && fb.Reset > 0 {
+		if fb.HasRemaining && fb.Reset > 0 && float64(fb.Remaining) < s.allowance(c, min(fb.Reset, MaxPause)) {
 			changed = st.Capped(ms, float64(fb.Remaining), algorithms.DurationMillis(min(fb.Reset, MaxPause)), p) || changed
 		}
-		if fb.Refused && st.Event != learn.None && dep >= st.T0 && !(st.Event == learn.Refused && dep < st.T0+learn.Hold) {
+		if fb.Refused && st.Event != learn.None && dep >= st.HoldFrom && !(st.Event == learn.Refused && dep < st.T0+learn.Hold) {
 			if !measured { // one read, however often the record changes under us
 				accepted, measured = s.acceptedRate(ctx, l, lk, dep, ms), true
 			}
@@ -452,7 +511,7 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 			changed = st.Pause(ms, algorithms.DurationMillis(pause), p) || changed
 		}
 		return changed
-	})
+	}, false)
 	after := lk.st
 	lk.mu.Unlock()
 	if h := trace.From(ctx); h != nil && h.Learned != nil && after.Ver != before.Ver {
@@ -461,6 +520,36 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 	if pause > 0 {
 		return s.Pause(context.WithoutCancel(ctx), key, pause)
 	}
+	return err
+}
+
+// learnCap is Clamp on a shaper WithLearning: the remaining count caps
+// key's learned rate until the reset, in the record the fleet shares, so
+// that the learned clamp, renewed every learnEvery, carries it instead of
+// replacing it.
+func (s *Shaper) learnCap(ctx context.Context, c *contract, key string, remaining int64, reset time.Duration) error {
+	now := s.cfg.clock.Now()
+	ms := algorithms.Millis(now)
+	p := s.learner.params(c)
+	lk := s.learner.key(key, now)
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	_, err := s.learnUpdate(ctx, c, key, lk, now, func(st *learn.State) bool {
+		return st.Capped(ms, float64(remaining), algorithms.DurationMillis(reset), p)
+	}, false)
+	return err
+}
+
+// learnReset is Reset on a shaper WithLearning: key's schedule and pause
+// go, in the same store call that renews the learned rate's clamp, which
+// stays throughout: the key departs at its learned rate right after it,
+// its spacing unbroken, never at the contract's.
+func (s *Shaper) learnReset(ctx context.Context, c *contract, key string) error {
+	now := s.cfg.clock.Now()
+	lk := s.learner.key(key, now)
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	_, err := s.learnUpdate(ctx, c, key, lk, now, nil, true)
 	return err
 }
 
@@ -533,7 +622,7 @@ func (s *Shaper) learned(ctx context.Context, c *contract, key string) (*Learned
 	lk := s.learner.key(key, now)
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	cur, _, err := s.store.Learn(ctx, &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, &store.LearnOp{Now: ms, Want: math.MaxUint64})
+	cur, _, err := s.store.Learn(ctx, &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, &store.LearnOp{Now: ms, Want: learn.ReadOnly})
 	if err != nil {
 		return nil, err
 	}

@@ -425,3 +425,140 @@ func TestSpaceKeepsAMarginAndCancelsGiveItBack(t *testing.T) {
 		}
 	})
 }
+
+// callFleet runs callers on s's key "p" until ctx ends: each waits for a
+// slot, departs, hears the partner's answer 20 ms later and gives it to
+// Learn. answer returns whether the partner accepted a request that
+// departed at dep, and the feedback its response carries. It returns
+// every departure and its outcome.
+func callFleet(ctx context.Context, s *Shaper, callers int, answer func(dep time.Time) (bool, Feedback)) []outcome {
+	var mu sync.Mutex
+	var log []outcome
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if err := s.Wait(ctx, "p", 1); err != nil {
+					return
+				}
+				dep := time.Now()
+				ok, fb := answer(dep)
+				mu.Lock()
+				log = append(log, outcome{dep, ok})
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+				fb.Departed = dep
+				_ = s.Learn(context.Background(), "p", fb)
+			}
+		})
+	}
+	wg.Wait()
+	return log
+}
+
+// perSecond counts a log's accepted and refused departures by second
+// from start.
+func perSecondOf(log []outcome, start time.Time, secs int) (okN, refN []int) {
+	okN, refN = make([]int, secs), make([]int, secs)
+	for _, o := range log {
+		i := int(o.at.Sub(start) / time.Second)
+		if i < 0 || i >= secs {
+			continue
+		}
+		if o.ok {
+			okN[i]++
+		} else {
+			refN[i]++
+		}
+	}
+	return okN, refN
+}
+
+func refusedShare(okN, refN []int, from, to int) float64 {
+	ok, ref := 0, 0
+	for i := from; i < to; i++ {
+		ok += okN[i]
+		ref += refN[i]
+	}
+	return float64(ref) / float64(max(1, ok+ref))
+}
+
+// A partner that states 100/s and 101/s in turn while it accepts 10/s:
+// what the refusals found bounds what its policy may claim, so the rate
+// stays near 10/s instead of leaping back to each new statement (issue
+// 37, defect 20: 90.1 % refused in seconds 10 to 29).
+func TestAFlippingPolicyDoesNotOverrideWhatRefusalsFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New()
+		defer st.Close()
+		s, err := New(st, PerSecond(200), WithLearning(Learning{Start: PerSecond(10)}), WithMaxQueue(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		partner := &hiddenPartner{rate: 10, burst: 5}
+		var n atomic.Int64
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		log := callFleet(ctx, s, 64, func(dep time.Time) (bool, Feedback) {
+			ok := partner.admit(dep)
+			return ok, Feedback{Refused: !ok, Policy: PerSecond(100 + n.Add(1)%2)}
+		})
+		okN, refN := perSecondOf(log, start, 30)
+		share := refusedShare(okN, refN, 10, 30)
+		t.Logf("accepted per second %v, refused %v: %.1f %% refused in seconds 10-29", okN, refN, 100*share)
+		if share > 0.1 {
+			t.Fatalf("%.1f %% refused in seconds 10-29 by a partner accepting 10/s and stating 100/s and 101/s in turn", 100*share)
+		}
+	})
+}
+
+// A key idle for a minute, and a fleet restarted after it, wake at the
+// rate learned, not at the ceiling: probing advances with the traffic the
+// partner accepted, not with the clock alone (issue 37, defect 23: 200/s,
+// the ceiling, where 20/s was learned; 58.4 % refused in the first 5 s
+// after a restart).
+func TestAnIdleOrRestartedFleetWakesWhereItWas(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprint("restart=", restart), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := memstore.New()
+				defer st.Close()
+				opts := []Option{WithLearning(Learning{Start: PerSecond(10)}), WithMaxQueue(time.Minute), WithName("idle")}
+				s, err := New(st, PerSecond(200), opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				partner := &hiddenPartner{rate: 20, burst: 5}
+				answer := func(dep time.Time) (bool, Feedback) {
+					ok := partner.admit(dep)
+					return ok, Feedback{Refused: !ok}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				callFleet(ctx, s, 64, answer)
+				cancel()
+				learned, _ := s.Status(context.Background(), "p", 1)
+				time.Sleep(time.Minute)
+				if restart {
+					if s, err = New(st, PerSecond(200), opts...); err != nil {
+						t.Fatal(err)
+					}
+				}
+				woke, _ := s.Status(context.Background(), "p", 1)
+				t.Logf("learned %v; after a minute idle %v", learned.Learned, woke.Learned)
+				if woke.Learned.Rate > 1.5*20 {
+					t.Errorf("after a minute idle the rate reads %.4g/s, where %.4g/s was learned against a partner at 20/s", woke.Learned.Rate, learned.Learned.Rate)
+				}
+				start := time.Now()
+				ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				okN, refN := perSecondOf(callFleet(ctx, s, 64, answer), start, 5)
+				share := refusedShare(okN, refN, 0, 5)
+				t.Logf("first 5 s after waking: accepted %v refused %v: %.1f %% refused", okN, refN, 100*share)
+				if share > 0.1 {
+					t.Fatalf("%.1f %% refused in the first 5 s after a minute idle", 100*share)
+				}
+			})
+		})
+	}
+}

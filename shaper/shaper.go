@@ -542,7 +542,10 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 	return err == nil && dec.Allowed, err
 }
 
-// Reset forgets key, in every dimension.
+// Reset forgets key, in every dimension. On a shaper WithLearning it
+// forgets the key's schedule and pause, not what the shaper learned: the
+// learned rate's clamp stays (docs/LEARNING.md), and the key departs at
+// its learned rate right after it.
 func (s *Shaper) Reset(ctx context.Context, key string) error {
 	if s == nil {
 		return errNilShaper
@@ -552,6 +555,12 @@ func (s *Shaper) Reset(ctx context.Context, key string) error {
 	}
 	if s.rateless { // nothing but permits, which a request holds until it releases
 		return nil
+	}
+	if s.learner != nil {
+		st := startStore(ctx)
+		err := s.learnReset(ctx, s.live(), key)
+		st.done("reset", err)
+		return err
 	}
 	ks, err := s.keys(key)
 	if err != nil {

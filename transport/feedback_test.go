@@ -86,9 +86,9 @@ var feedbackCases = []feedbackCase{
 	{"ietf: 429, nothing left, the policy kept", 429,
 		[]string{"RateLimit-Policy", `"default";q=100;w=60`, "RateLimit", `"default";r=0;t=30`},
 		shaper.Feedback{Refused: true, Pause: 30 * time.Second, Policy: perMinute(100)}},
-	{"ietf: 503 with Retry-After", 503,
+	{"ietf: 503 with Retry-After pauses, refuses nothing (the partner is unavailable)", 503,
 		[]string{"Retry-After", "10", "RateLimit-Policy", `"hourly";q=1000;w=3600`},
-		shaper.Feedback{Refused: true, Pause: 10 * time.Second, Policy: perHour(1000)}},
+		shaper.Feedback{Pause: 10 * time.Second, Policy: perHour(1000)}},
 	{"ietf: a 503 without Retry-After is no refusal", 503,
 		[]string{"RateLimit-Policy", `"hourly";q=1000;w=3600`},
 		shaper.Feedback{Policy: perHour(1000)}},
@@ -185,9 +185,10 @@ func TestAPartnersCountOnAStrictContractDoesNotHoldAWholeInterval(t *testing.T) 
 }
 
 // FuzzFeedback: the class of defects 19 and 28, over any headers and
-// status. A response is a refusal exactly when it is a 429, a 503 with a
-// Retry-After, or a 403 with a Retry-After or a limit with nothing left
-// (never a 403 without either); a refusal's Retry-After, and every
+// status. A response is a refusal exactly when it is a 429, or a 403 with
+// a Retry-After or a limit with nothing left (never a 403 without either,
+// never a 503: the partner unavailable, defect 25); a refusal's or a 503's
+// Retry-After, and every
 // exhausted limit's reset, bound the pause from below, and nothing else
 // makes one; the Policy is the slowest request limit ParseLimits states
 // that has a rate, whatever is left of it.
@@ -214,12 +215,12 @@ func FuzzFeedback(f *testing.F) {
 				}
 			}
 		}
-		refusal := status == 429 || status == 503 && hasWait || status == 403 && (hasWait || exhausted)
+		refusal := status == 429 || status == 403 && (hasWait || exhausted)
 		if fb.Refused != refusal {
 			t.Fatalf("status %d, %q: Refused %v, want %v", status, values, fb.Refused, refusal)
 		}
 		want := longest
-		if refusal && hasWait {
+		if (refusal || status == 503) && hasWait {
 			want = max(want, wait)
 		}
 		if fb.Pause != want {

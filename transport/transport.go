@@ -93,7 +93,9 @@ func WithFeedback(on bool) Option { return func(t *Transport) { t.feedback = on 
 
 // WithMaxPause caps the pause feedback can impose (default DefaultMaxPause;
 // at most shaper.MaxPause, which a larger value is taken to mean). A partner
-// asking for more gets the cap, never nothing.
+// asking for more gets the cap, never nothing. It does not cut a remaining
+// count's reset: the count is spread until its reset however far (up to
+// shaper.MaxPause), never faster than it allows.
 func WithMaxPause(d time.Duration) Option {
 	return func(t *Transport) { t.maxPause = min(max(d, 0), shaper.MaxPause) }
 }
@@ -462,7 +464,10 @@ func (t *Transport) learn(ctx context.Context, key string, resp *http.Response, 
 	fb := Feedback(resp, time.Now())
 	fb.Departed = departed
 	fb.Pause = min(fb.Pause, t.maxPause, shaper.MaxPause)
-	fb.Reset = min(fb.Reset, t.maxPause, shaper.MaxPause)
+	// A count is spread until its own reset, however far: cut to
+	// maxPause it would be spent faster than it allows. maxPause bounds
+	// how long the partner may stop the key, not how slowly it paces it.
+	fb.Reset = min(fb.Reset, shaper.MaxPause)
 	// The caller's ctx may end with this response; what it taught must not.
 	ctx = context.WithoutCancel(ctx)
 	if l, ok := t.r.(shaper.Learner); ok {
@@ -477,7 +482,7 @@ func (t *Transport) learn(ctx context.Context, key string, resp *http.Response, 
 	// the fleet spreads them over it (see shaper.Shaper.Clamp).
 	if fb.HasRemaining {
 		if c, ok := t.r.(shaper.Clamper); ok {
-			_ = c.Clamp(ctx, key, fb.Remaining, min(fb.Reset, t.maxPause, shaper.MaxPause))
+			_ = c.Clamp(ctx, key, fb.Remaining, fb.Reset)
 		}
 	}
 }
@@ -485,14 +490,15 @@ func (t *Transport) learn(ctx context.Context, key string, resp *http.Response, 
 // Feedback reads what resp tells of its key's limits, at now (see
 // shaper.Feedback; Departed is left zero):
 //
-//   - Refused: a refusal for the partner's rate. A 429; a 503 with
-//     Retry-After (or retry-after-ms); a 403 with Retry-After or with
-//     headers saying a limit has nothing left (GitHub answers its
-//     primary and secondary limits so). A 403 without either is an
-//     authorization error, not a refusal.
-//   - Pause: on a refusal, its Retry-After; and, on any response, for
-//     any dimension (requests, tokens) the headers say has nothing left,
-//     the time until its reset; the longest of them.
+//   - Refused: a refusal for the partner's rate. A 429; a 403 with
+//     Retry-After or with headers saying a limit has nothing left (GitHub
+//     answers its primary and secondary limits so). A 403 without either
+//     is an authorization error, not a refusal. A 503 is the partner
+//     unavailable, not its rate refusing: it only pauses.
+//   - Pause: a refusal's or a 503's Retry-After (retry-after-ms too);
+//     and, on any response, for any dimension (requests, tokens) the
+//     headers say has nothing left, the time until its reset; the longest
+//     of them.
 //   - Remaining and Reset: the request limit with the fewest requests
 //     left per second of its reset, when some are left.
 //   - Policy: the slowest request quota per window the partner states
@@ -515,12 +521,13 @@ func Feedback(resp *http.Response, now time.Time) shaper.Feedback {
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests:
 		fb.Refused = true
-	case http.StatusServiceUnavailable:
-		fb.Refused = hasWait
 	case http.StatusForbidden:
 		fb.Refused = hasWait || exhausted
 	}
-	if fb.Refused && hasWait {
+	// A 503 is the partner unavailable, not its rate refusing: it pauses
+	// (with Retry-After) and measures nothing, or a storm of them would
+	// take a learning key's rate down with each.
+	if hasWait && (fb.Refused || resp.StatusCode == http.StatusServiceUnavailable) {
 		fb.Pause = wait
 	}
 	policy := math.Inf(1)

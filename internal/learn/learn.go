@@ -7,7 +7,7 @@
 // The rate is a pure function of the state written at its last change
 // and the clock, so every process of a fleet computes the same rate from
 // the same record and writes nothing while nothing changes. After a
-// refusal it follows four stages (see State.Rate):
+// refusal it follows four stages (see State.Rate and State.Probe):
 //
 //   - the decrease: to Beta times the rate the partner was found to accept
 //     (Max): the share of the requests of the last second the partner
@@ -17,15 +17,30 @@
 //   - the plateau: Keep*Max for Plateau*2^Level, where Level counts the
 //     refusals in a row that found the same limit (within Same): a stable
 //     partner is probed ever more rarely, one that moves at once;
-//   - the probe: gently at first, then faster and faster (the rate is
-//     2^((t/Double)^2) times the plateau's), until a refusal finds the
-//     limit again: a partner whose limit did not move draws one or two
-//     refusals, one whose limit tripled is found within three seconds.
+//   - the probe: gently at first, then faster and faster (step k
+//     multiplies the rate by 2^(k/2): 1.41, 2, 2.83, ... at most once a
+//     second), until a refusal finds the limit again: a partner whose
+//     limit did not move draws one or two refusals, one whose limit
+//     tripled is found within three seconds.
+//
+// The probe advances with evidence, not with the clock alone: each step
+// needs the fleet's answers (Evidence) to show the partner accepted, with
+// no refusal, at least half the rate in force since the last change. A key
+// left idle, or a fleet restarted, resumes at the rate its last step had
+// earned, not at one the clock alone would have reached.
 //
 // That is AIMD's shape with both steps measured instead of fixed: the
 // decrease is the partner's own share, the increase is exponential past a
-// plateau, as TCP CUBIC's is past its inflection. Before any refusal the
-// rate doubles every SlowStart from Params.Start.
+// plateau, as TCP CUBIC's is past its inflection, and paced by the
+// answers, as TCP's window grows with acknowledgements. Before any
+// refusal the rate doubles at each step from Params.Start (slow start).
+//
+// A policy the partner states is adopted at once unless refusals found it
+// accepting less (Found) and the policy claims more than the rate in
+// force: then it only caps the rate, which gets there by probing. A pause
+// is not a measurement: it holds the rate where it was (a 503 with
+// Retry-After only pauses; a 429 with Retry-After is one refusal per
+// pause, as the refusals of requests sent before its end change nothing).
 package learn
 
 import (
@@ -46,9 +61,10 @@ const (
 	Advertised              // the partner's stated policy (quota per window) set it
 	Remaining               // the partner's remaining count until a reset capped it
 	Paused                  // the partner asked for a pause (Retry-After)
+	Probed                  // the fleet's answers showed the rate accepted: a probe's step up
 )
 
-var eventNames = [...]string{"none", "started", "refused", "advertised", "remaining", "paused"}
+var eventNames = [...]string{"none", "started", "refused", "advertised", "remaining", "paused", "probed"}
 
 // String names the event.
 func (e Event) String() string {
@@ -60,15 +76,14 @@ func (e Event) String() string {
 
 // The curve's constants (ms where a time).
 const (
-	Beta      = 0.9    // the decrease: the rate kept, relative to Max
-	Keep      = 0.97   // the plateau: the rate held, relative to Max
-	Recover   = 1000.0 // the recovery's length
-	Plateau   = 5000.0 // the plateau's length at Level 0
-	MaxLevel  = 1      // the plateau is at most Plateau*2^MaxLevel long
-	Same      = 0.15   // a refusal finding Max within this share of the last one raises Level
-	Double    = 2000.0 // the probe: the rate doubles in Double, then every Double/2.4, faster and faster (2^(t/Double)^2)
-	SlowStart = 1000.0 // before any refusal, the rate doubles this often
-	Hold      = 1000.0 // a refusal of a request that departed within Hold of a change changes nothing
+	Beta     = 0.9    // the decrease: the rate kept, relative to Max
+	Keep     = 0.97   // the plateau: the rate held, relative to Max
+	Recover  = 1000.0 // the recovery's length
+	Plateau  = 5000.0 // the plateau's length at Level 0
+	MaxLevel = 1      // the plateau is at most Plateau*2^MaxLevel long
+	Same     = 0.15   // a refusal finding Max within this share of the last one raises Level
+	MaxStep  = 8      // the probe's steps multiply the rate by 2^(k/2), k up to MaxStep
+	Hold     = 1000.0 // a refusal of a request that departed within Hold of a change changes nothing
 	// MinSample is how many answers the last second needs before a
 	// decrease trusts the rate the partner accepted in it.
 	MinSample = 5
@@ -96,28 +111,31 @@ type State struct {
 	PolicyEnd float64 // until when Policy holds
 	Cap       float64 // the rate the partner's remaining count allows until CapEnd (0: none)
 	CapEnd    float64
+	Found     float64 // the rate the last refusal found the partner accepting (0: none): a policy above it only caps the rate
+	Step      int     // the probe's steps since the last refusal, policy or pause (0..MaxStep)
+	// HoldFrom: a refusal of a request that departed before it changes
+	// nothing. A change that lowers the rate (a refusal, a policy below
+	// it, a pause's end) moves it to the change: the refusals of requests
+	// sent faster say nothing of the rate in force. One that raises it
+	// (a probe's step, a policy above) does not: they still say the
+	// partner refused less.
+	HoldFrom float64
 }
 
-// Rate is the rate in force at now.
+// Rate is the rate in force at now: after a refusal, Base rising over
+// Recover to Keep*Max, then held; after a step of the probe (or in slow
+// start), Base; never above a policy or a remaining count in force.
 func (s *State) Rate(now float64, p Params) float64 {
 	if s.Event == None {
 		return clampRate(p.Start, p)
 	}
-	t := max(0, now-s.T0)
-	var r float64
-	if s.Max <= 0 {
-		r = s.Base * math.Exp2(t/SlowStart)
-	} else {
+	r := s.Base
+	if s.Max > 0 && s.Step == 0 {
 		target := Keep * s.Max
-		plateau := Plateau * float64(int(1)<<min(max(s.Level, 0), MaxLevel))
-		switch {
-		case t < Recover:
+		if t := max(0, now-s.T0); t < Recover {
 			r = s.Base + (target-s.Base)*t/Recover
-		case t < Recover+plateau:
+		} else {
 			r = target
-		default:
-			u := (t - Recover - plateau) / Double
-			r = target * math.Exp2(u*u)
 		}
 	}
 	r = clampRate(r, p)
@@ -140,7 +158,7 @@ func clampRate(r float64, p Params) float64 {
 // Start is the first record of a key, replacing a record of version ver
 // (0: none): the rate p.Start from now, slow start.
 func Start(ver uint64, now float64, p Params) State {
-	return State{Ver: ver + 1, Base: clampRate(p.Start, p), T0: now, Event: Started}
+	return State{Ver: NextVersion(ver), Base: clampRate(p.Start, p), T0: now, Event: Started, HoldFrom: now}
 }
 
 // Refuse applies a refusal (429, 503) of a request that departed at
@@ -154,9 +172,12 @@ func Start(ver uint64, now float64, p Params) State {
 // before the last change says nothing of the rate in force, and one
 // within Hold after a refusal's change is the same overload: neither
 // changes anything, so one overload lowers the rate once a second at
-// most, however many refusals it draws. It reports whether s changed.
+// most, however many refusals it draws. A refusal of a request that
+// departed before the last change that raised the rate (a probe's step, a
+// policy above the rate) counts: it found the partner refusing less. It
+// reports whether s changed.
 func (s *State) Refuse(now, departed, accepted float64, p Params) bool {
-	if s.Event != None && departed < s.T0 {
+	if s.Event != None && departed < s.HoldFrom {
 		return false
 	}
 	if s.Event == Refused && departed < s.T0+Hold {
@@ -175,7 +196,70 @@ func (s *State) Refuse(now, departed, accepted float64, p Params) bool {
 		level = min(s.PrevLevel+1, MaxLevel)
 	}
 	s.set(now, Refused)
-	s.Max, s.Base, s.Level = found, clampRate(found*Beta, p), level
+	s.Max, s.Base, s.Level, s.Step, s.Found, s.HoldFrom = found, clampRate(found*Beta, p), level, 0, found, now
+	return true
+}
+
+// Evidence is what the fleet's answers say of the rate in force: of the
+// requests that departed in [From, To) (ms), Answered were answered and
+// Accepted accepted.
+type Evidence struct {
+	From, To           float64
+	Accepted, Answered int64
+}
+
+// ProbeFrom is the instant from which answers are evidence for the
+// probe's next step, and whether the rate may step at now at all: in slow
+// start and between steps, from the last change; after a refusal, a
+// policy or a pause, from the end of the recovery, once the plateau
+// (Plateau*2^Level) has passed.
+func (s *State) ProbeFrom(now float64) (float64, bool) {
+	if s.Event == None {
+		return 0, false
+	}
+	if s.Max <= 0 || s.Step > 0 {
+		return s.T0, now >= s.T0
+	}
+	plateau := Plateau * float64(int(1)<<min(max(s.Level, 0), MaxLevel))
+	return s.T0 + Recover, now >= s.T0+Recover+plateau
+}
+
+// Probe steps the rate up at now when ev shows the partner accepted the
+// rate in force: answers to requests that departed after ProbeFrom, none
+// refused, at least half the rate in force. A step doubles the rate in
+// slow start, multiplies it by 2^(k/2) at the probe's step k after a
+// refusal; it never passes the ceiling, nor a policy or a count in force
+// (a rate already there takes no step). Found stays: a policy above it
+// is reached by steps, each with its evidence, never at once (a burst the
+// partner lets through would show a rate it does not keep). It reports
+// whether s changed.
+func (s *State) Probe(now float64, ev Evidence, p Params) bool {
+	from, ok := s.ProbeFrom(now)
+	if !ok || ev.From < from || !(ev.To > ev.From) || ev.To > now || ev.Answered < 1 || ev.Accepted != ev.Answered {
+		return false
+	}
+	r := s.Rate(now, p)
+	accepted := float64(ev.Accepted) * 1000 / (ev.To - ev.From)
+	if accepted < r/2 {
+		return false // the fleet did not use the rate: nothing learned of a higher one
+	}
+	limit := p.Ceiling
+	if s.Policy > 0 && now < s.PolicyEnd {
+		limit = min(limit, s.Policy)
+	}
+	if s.Cap > 0 && now < s.CapEnd {
+		limit = min(limit, s.Cap)
+	}
+	if r >= limit {
+		return false
+	}
+	step := min(s.Step+1, MaxStep)
+	factor := 2.0
+	if s.Max > 0 {
+		factor = math.Exp2(float64(step) / 2)
+	}
+	s.set(now, Probed)
+	s.Base, s.Step = clampRate(r*factor, p), step
 	return true
 }
 
@@ -183,43 +267,64 @@ func (s *State) Refuse(now, departed, accepted float64, p Params) bool {
 // rate) holding until end. A policy it already holds only extends its end
 // (changed false when that end is at most half a policy life earlier: the
 // caller need not write it back on every response). A new policy sets the
-// rate to it at once.
+// rate to it at once, unless it claims more than both the rate in force
+// and the rate the last refusal found (Found): refusals bound what a
+// policy may claim, so it then only caps the rate, which the probe raises
+// towards it as the partner accepts (a partner stating one rate and
+// refusing at a lower one is not followed off a cliff).
 func (s *State) Advertise(now, rate, end float64, p Params) (changed bool) {
 	rate = min(rate, p.Ceiling)
 	if !(rate > 0) || !(end > now) {
 		return false
 	}
-	if s.Policy == rate && now < s.PolicyEnd {
+	held := s.Policy > 0 && now < s.PolicyEnd
+	if held && s.Policy == rate {
 		if s.PolicyEnd-now > (end-now)/2 {
 			return false
 		}
-		s.Ver++
+		s.Ver = NextVersion(s.Ver)
 		s.PolicyEnd = end
 		return true
+	}
+	if cur := s.Rate(now, p); s.Found > 0 && rate > s.Found && rate > cur {
+		if held && s.Policy < rate && s.Policy > cur && s.PolicyEnd-now > (end-now)/2 {
+			return false // a lower claim above the rate in force holds, far from its end: it stays
+		}
+		s.Ver = NextVersion(s.Ver)
+		s.Policy, s.PolicyEnd = rate, end
+		return true
+	}
+	if cur := s.Rate(now, p); rate < Beta*cur {
+		s.HoldFrom = now // lowered as a refusal would: the refusals of faster requests say nothing more
 	}
 	s.set(now, Advertised)
 	s.Policy, s.PolicyEnd = rate, end
 	// The partner said what it accepts: the rate starts there (not a
 	// step below it, as after a refusal) and stays (Rate caps it at the
 	// policy while it holds).
-	s.Max, s.Base, s.Level = rate/Keep, rate, MaxLevel
+	s.Max, s.Base, s.Level, s.Step = rate/Keep, rate, MaxLevel, 0
 	return true
 }
 
 // Capped applies the partner's count of requests remaining until a reset
-// reset ms away: until then the rate is at most remaining per reset. It
-// changes nothing when that is no lower than the rate in force.
+// reset ms away: until then the rate is at most remaining per reset, and
+// the probe steps no higher. The latest count replaces the one in force,
+// as Clamp's do, except one no tighter that ends no later: the one in
+// force covers it (and nothing need be written). A count with none in
+// force is recorded even when the rate is below it, so that no probe
+// passes it before its reset.
 func (s *State) Capped(now, remaining, reset float64, p Params) bool {
 	if !(reset > 0) || !(remaining >= 0) {
 		return false
 	}
 	cap := max(remaining, 1) * 1000 / reset
-	if cap >= s.Rate(now, p) {
+	if s.Cap > 0 && now < s.CapEnd && cap >= s.Cap && now+reset <= s.CapEnd {
 		return false
 	}
-	s.Ver++
+	lowers := cap < s.Rate(now, p)
+	s.Ver = NextVersion(s.Ver)
 	s.Cap, s.CapEnd = cap, now+reset
-	if s.Event != Refused { // a refusal's event keeps its Hold: one overload, one decrease
+	if lowers && s.Event != Refused { // a refusal's event keeps its Hold: one overload, one decrease
 		s.Event = Remaining
 	}
 	return true
@@ -237,7 +342,7 @@ func (s *State) Pause(now, d float64, p Params) bool {
 		return false
 	}
 	s.set(end, Paused)
-	s.Base = r
+	s.Base, s.Step, s.HoldFrom = r, 0, end
 	if s.Max > 0 {
 		s.Max = r / Keep // hold r, then probe
 	}
@@ -245,7 +350,7 @@ func (s *State) Pause(now, d float64, p Params) bool {
 }
 
 func (s *State) set(t0 float64, e Event) {
-	s.Ver++
+	s.Ver = NextVersion(s.Ver)
 	s.T0, s.Event = t0, e
 }
 
@@ -254,28 +359,32 @@ func (s *State) set(t0 float64, e Event) {
 func (s State) String() string {
 	var b strings.Builder
 	b.WriteString(strconv.FormatUint(s.Ver, 10))
-	for _, f := range []float64{s.Base, s.Max, float64(s.Level), s.Prev, float64(s.PrevLevel), s.T0, float64(s.Event), s.Policy, s.PolicyEnd, s.Cap, s.CapEnd} {
+	for _, f := range []float64{s.Base, s.Max, float64(s.Level), s.Prev, float64(s.PrevLevel), s.T0, float64(s.Event), s.Policy, s.PolicyEnd, s.Cap, s.CapEnd,
+		s.Found, float64(s.Step), s.HoldFrom} {
 		b.WriteByte(' ')
 		b.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
 	}
 	return b.String()
 }
 
-// Parse decodes what String encoded; "" is the zero State (no record).
+// Parse decodes what String encoded; "" is the zero State (no record). A
+// record of the 12 fields written before Found, Step and HoldFrom reads
+// with them 0 (HoldFrom T0).
 func Parse(v string) (State, error) {
 	if v == "" {
 		return State{}, nil
 	}
 	fs := strings.Fields(v)
-	if len(fs) != 12 {
-		return State{}, fmt.Errorf("learned record %q: %d fields, want 12", v, len(fs))
+	if len(fs) != 15 && len(fs) != 12 {
+		return State{}, fmt.Errorf("learned record %q: %d fields, want 15", v, len(fs))
 	}
-	ver, err := strconv.ParseUint(fs[0], 10, 64)
-	if err != nil {
-		return State{}, fmt.Errorf("learned record %q: version: %w", v, err)
+	ver := Version(v)
+	if ver == 0 {
+		return State{}, fmt.Errorf("learned record %q: version %q is not a number from 1 to %d without a leading zero", v, fs[0], uint64(ReadOnly))
 	}
-	var n [11]float64
-	for i := range n {
+	var n [14]float64
+	var err error
+	for i := range len(fs) - 1 {
 		n[i], err = strconv.ParseFloat(fs[i+1], 64)
 		if err != nil || math.IsNaN(n[i]) || math.IsInf(n[i], 0) || n[i] < 0 {
 			return State{}, fmt.Errorf("learned record %q: field %d is not a finite number >= 0", v, i+2)
@@ -289,14 +398,44 @@ func Parse(v string) (State, error) {
 			return State{}, fmt.Errorf("learned record %q: level %v out of range", v, n[i])
 		}
 	}
+	if len(fs) == 12 {
+		n[13] = n[5] // HoldFrom: T0, as Refuse read the older records
+	}
+	if n[12] > MaxStep || n[12] != math.Trunc(n[12]) {
+		return State{}, fmt.Errorf("learned record %q: step %v out of range", v, n[12])
+	}
 	return State{Ver: ver, Base: n[0], Max: n[1], Level: int(n[2]), Prev: n[3], PrevLevel: int(n[4]), T0: n[5], Event: Event(n[6]),
-		Policy: n[7], PolicyEnd: n[8], Cap: n[9], CapEnd: n[10]}, nil
+		Policy: n[7], PolicyEnd: n[8], Cap: n[9], CapEnd: n[10], Found: n[11], Step: int(n[12]), HoldFrom: n[13]}, nil
 }
 
 // Version reads the version of an encoded record without parsing the
-// rest ("" is version 0), as a store does.
+// rest, as a store does (lua/learn.lua, string for string): its first
+// field, a decimal number without a leading zero that fits 64 bits;
+// anything else, and "", is version 0: no record.
 func Version(v string) uint64 {
 	f, _, _ := strings.Cut(v, " ")
-	n, _ := strconv.ParseUint(f, 10, 64)
+	if f == "" || f[0] == '0' {
+		return 0
+	}
+	n, err := strconv.ParseUint(f, 10, 64)
+	if err != nil {
+		return 0
+	}
 	return n
+}
+
+// ReadOnly is the version a caller expects when it only reads: no
+// record ever has it (NextVersion never gives it), so a store writes
+// nothing for it.
+const ReadOnly = math.MaxUint64
+
+// NextVersion is the version after v: v+1, and 1 after the last (then
+// ReadOnly - 1), never 0 (no record) nor ReadOnly. A record's version
+// that wrapped to 0 would read as none: a process joining the fleet
+// would replace the fleet's record with its start.
+func NextVersion(v uint64) uint64 {
+	if v >= ReadOnly-1 {
+		return 1
+	}
+	return v + 1
 }

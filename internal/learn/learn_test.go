@@ -23,21 +23,92 @@ func TestEncodingRoundTrips(t *testing.T) {
 	if Version(st.String()) != st.Ver || Version("") != 0 {
 		t.Fatalf("Version: %d, want %d", Version(st.String()), st.Ver)
 	}
-	for _, bad := range []string{"x", "1 2 3", "1 1 1 0 0 0 0 9 0 0 0 0", "1 1 1 3 0 0 0 1 0 0 0 0", "1 -1 1 0 0 0 0 1 0 0 0 0", "1 NaN 1 0 0 0 0 1 0 0 0 0", "1 1 1 0.5 0 0 0 1 0 0 0 0"} {
+	for _, bad := range []string{"x", "1 2 3", "1 1 1 0 0 0 0 9 0 0 0 0", "1 1 1 3 0 0 0 1 0 0 0 0", "1 -1 1 0 0 0 0 1 0 0 0 0", "1 NaN 1 0 0 0 0 1 0 0 0 0", "1 1 1 0.5 0 0 0 1 0 0 0 0",
+		"1 1 1 0 0 0 0 1 0 0 0 0 0 9 0", "1 1 1 0 0 0 0 1 0 0 0 0 0 0.5 0", "1 1 1 0 0 0 0 1 0 0 0 0 0 0", "0 1 1 0 0 0 0 1 0 0 0 0 0 0 0",
+		"01 1 1 0 0 0 0 1 0 0 0 0 0 0 0", "18446744073709551616 1 1 0 0 0 0 1 0 0 0 0 0 0 0"} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted a malformed record", bad)
 		}
 	}
+	// A record written before Found, Step and HoldFrom reads.
+	old, err := Parse("7 10 20 1 0 0 5000 2 0 0 0 0")
+	if err != nil || old.Ver != 7 || old.Max != 20 || old.HoldFrom != 5000 || old.Step != 0 {
+		t.Fatalf("an older record: %+v, %v", old, err)
+	}
 }
 
-// Before any feedback the rate starts at Start and doubles every
-// SlowStart, up to the ceiling.
+// A version never wraps to 0, which a store reads as no record (issue 37,
+// defect 27), nor to ReadOnly; Version reads what lua/learn.lua reads, and
+// nothing else, as a version.
+func TestVersionsNeverWrapToNone(t *testing.T) {
+	t.Parallel()
+	for _, v := range []uint64{0, 1, 41, ReadOnly - 2, ReadOnly - 1, ReadOnly} {
+		n := NextVersion(v)
+		if n == 0 || n == ReadOnly || (v < ReadOnly-1 && n != v+1) {
+			t.Errorf("NextVersion(%d) = %d", v, n)
+		}
+	}
+	st := State{Ver: ReadOnly - 1, Base: 10, T0: 1, Event: Started, HoldFrom: 1}
+	for _, change := range []func() bool{
+		func() bool { return st.Refuse(5000, 4000, 8, p) },
+		func() bool { return st.Advertise(6000, 3, 70_000, p) },
+		func() bool { return st.Capped(7000, 1, 10_000, p) },
+		func() bool { return st.Pause(8000, 500, p) },
+	} {
+		before := st.Ver
+		if !change() || st.Ver == 0 || st.Ver == before || Version(st.String()) != st.Ver {
+			t.Fatalf("a change from version %d gave version %d (read back as %d)", before, st.Ver, Version(st.String()))
+		}
+		st.Ver = ReadOnly - 1
+	}
+	for v, want := range map[string]uint64{"": 0, "0 1": 0, "007 1": 0, "7 1": 7, "+7 1": 0, "18446744073709551615 1": ReadOnly,
+		"18446744073709551616 1": 0, "99999999999999999999 1": 0, " 7": 0, "7": 7, "7x 1": 0} {
+		if got := Version(v); got != want {
+			t.Errorf("Version(%q) = %d, want %d", v, got, want)
+		}
+	}
+}
+
+// accepting is the evidence of the partner accepting all of rate r in
+// the second before now.
+func accepting(now, r float64) Evidence {
+	n := int64(math.Ceil(r))
+	return Evidence{From: now - 1000, To: now, Accepted: n, Answered: n}
+}
+
+// Before any feedback the rate starts at Start and doubles at each step
+// the partner's answers warrant, up to the ceiling; without them it
+// stays, however long (issue 37, defect 23: the clock alone took an idle
+// key to the ceiling).
 func TestSlowStart(t *testing.T) {
 	t.Parallel()
 	st := Start(0, 0, p)
-	for _, c := range []struct{ at, want float64 }{{0, 10}, {1000, 20}, {2000, 40}, {10000, 200}} {
-		if got := st.Rate(c.at, p); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("Rate(%v) = %v, want %v", c.at, got, c.want)
+	for _, at := range []float64{0, 1000, 60_000, 1e9} {
+		if got := st.Rate(at, p); got != 10 {
+			t.Fatalf("Rate(%v) with no answers = %v, want the start, 10", at, got)
+		}
+	}
+	now := 0.0
+	for _, want := range []float64{20, 40, 80, 160, 200} {
+		now += 1250
+		if !st.Probe(now, accepting(now, st.Rate(now, p)), p) || st.Rate(now, p) != want || st.Event != Probed {
+			t.Fatalf("a step at %v: rate %v, want %v (%+v)", now, st.Rate(now, p), want, st)
+		}
+	}
+	if st.Probe(now+1250, accepting(now+1250, 200), p) {
+		t.Fatal("a step past the ceiling")
+	}
+	// Evidence that does not warrant a step: a refusal among the answers,
+	// too few of them, answers from before the last change.
+	st = Start(0, 0, p)
+	for _, ev := range []Evidence{
+		{From: 0, To: 1000, Accepted: 9, Answered: 10},
+		{From: 0, To: 1000, Accepted: 4, Answered: 4},
+		{From: -500, To: 500, Accepted: 10, Answered: 10},
+		{From: 0, To: 2000, Accepted: 20, Answered: 20}, // not over yet at 1500
+	} {
+		if st.Probe(1500, ev, p) {
+			t.Fatalf("evidence %+v stepped the rate", ev)
 		}
 	}
 }
@@ -87,8 +158,8 @@ func TestOneOverloadLowersTheRateOnce(t *testing.T) {
 	if st.Refuse(at+300, at+250, 1, p) || st.Ver != v {
 		t.Fatal("a refusal within Hold of the last changed the rate")
 	}
-	if !st.Refuse(at+2000, at+Hold+1, 60, p) || st.Max != 60 {
-		t.Fatalf("a refusal after Hold: Max %v, want the 60 accepted", st.Max)
+	if !st.Refuse(at+2000, at+Hold+1, 40, p) || st.Max != 40 {
+		t.Fatalf("a refusal after Hold: Max %v, want the 40 accepted", st.Max)
 	}
 	r = st.Rate(at+3001, p)
 	if !st.Refuse(at+4000, at+3001, 500, p) || st.Max > r {
@@ -115,27 +186,87 @@ func TestAPolicyCapsTheRate(t *testing.T) {
 	if !st.Advertise(40_000, 25, 100_000, p) {
 		t.Fatal("the same policy near its end was not extended")
 	}
-	if r := st.Rate(120_000, p); r <= 25 {
-		t.Fatalf("past the policy's end the rate %v did not probe", r)
+	if st.Probe(50_000, accepting(50_000, 25), p) {
+		t.Fatal("the probe stepped past a policy in force")
+	}
+	if r := st.Rate(120_000, p); r != 25 {
+		t.Fatalf("past the policy's end, with no answers, the rate %v moved", r)
+	}
+	if !st.Probe(120_000, accepting(120_000, 25), p) || st.Rate(120_000, p) <= 25 {
+		t.Fatalf("past the policy's end the rate %v did not probe", st.Rate(120_000, p))
 	}
 	if !st.Advertise(130_000, 500, 190_000, p) || st.Rate(131_000, p) != p.Ceiling {
 		t.Fatalf("a policy above the ceiling: rate %v, want the ceiling %v", st.Rate(131_000, p), p.Ceiling)
 	}
 }
 
-// After the plateau the probe finds a raised limit within seconds.
+// After the plateau the probe finds a raised limit within seconds, as
+// the partner's answers show each step accepted; before the plateau's end
+// it takes none.
 func TestTheProbeFindsARaisedLimit(t *testing.T) {
 	t.Parallel()
-	st := State{Ver: 1, Base: 18, Max: 20, T0: 0, Event: Refused}
+	st := State{Ver: 1, Base: 18, Max: 20, T0: 0, Event: Refused, Found: 20}
 	end := Recover + Plateau
 	if r := st.Rate(end, p); math.Abs(r-Keep*20) > 1e-9 {
 		t.Fatalf("rate at the plateau's end %v", r)
 	}
-	if r := st.Rate(end+3*Double/2, p); r < 3*20 {
-		t.Fatalf("rate 3 s into the probe %v: a limit raised to 60 is not reached", r)
+	if st.Probe(end-1, accepting(end-1, Keep*20), p) {
+		t.Fatal("a step before the plateau's end")
 	}
-	if r := st.Rate(end+Double/4, p); r > 1.1*20 {
-		t.Fatalf("rate 0.5 s into the probe %v: not gentle", r)
+	if r := st.Rate(1e9, p); math.Abs(r-Keep*20) > 1e-9 {
+		t.Fatalf("with no answers the rate moved to %v", r)
+	}
+	now := end
+	var rates []float64
+	for st.Rate(now, p) < 60 {
+		if !st.Probe(now, accepting(now, st.Rate(now, p)), p) {
+			t.Fatalf("no step at %v: %+v", now, st)
+		}
+		rates = append(rates, st.Rate(now, p))
+		now += 1000
+	}
+	if now-end > 3000 || rates[0] > 1.5*Keep*20 {
+		t.Fatalf("the probe's steps %v: a limit raised to 60 found after %v ms (want 3 s), its first step not gentle", rates, now-end)
+	}
+}
+
+// A policy above the rate the last refusal found, and above the rate in
+// force, only caps the rate: a partner that states 100/s while it accepts
+// 10/s, or states 100/s and 101/s in turn, is not followed off a cliff
+// (issue 37, defect 20); a policy below is adopted at once, and one the
+// key had no refusal against too.
+func TestRefusalsBoundWhatAPolicyClaims(t *testing.T) {
+	t.Parallel()
+	st := Start(0, 0, p)
+	if !st.Advertise(100, 100, 60_100, p) || st.Rate(100, p) != 100 {
+		t.Fatalf("a first policy, no refusal against it: rate %v, want 100", st.Rate(100, p))
+	}
+	if !st.Refuse(2000, 1500, 12, p) || st.Found != 50 {
+		t.Fatalf("a refusal: %+v", st)
+	}
+	for i, at := 0, 2100.0; at < 30_000; i, at = i+1, at+100 {
+		st.Advertise(at, 100+float64(i%2), at+60_000, p)
+		if r := st.Rate(at, p); r > 50 {
+			t.Fatalf("at %v a flipping policy took the rate to %v above the 50 found", at, r)
+		}
+		if at > 3500 && int(at)%1000 == 0 {
+			st.Refuse(at, at-50, 10, p) // the partner keeps refusing above 10/s
+		}
+	}
+	if r := st.Rate(30_000, p); r > 12 || st.Policy < 100 {
+		t.Fatalf("the rate after the refusals %v, policy %v: want near the 10 accepted, capped by the latest policy", r, st.Policy)
+	}
+	// A refusal of a request that departed before a policy raised the
+	// rate still counts; before one lowered it, not.
+	st = Start(0, 0, p)
+	st.Advertise(100, 30, 60_100, p)
+	st.Advertise(200, 40, 60_200, p)
+	if !st.Refuse(300, 150, 20, p) {
+		t.Fatal("a refusal of a request sent before a policy raised the rate changed nothing")
+	}
+	st.Advertise(2000, 5, 62_000, p)
+	if st.Refuse(2100, 1900, 1, p) || st.Rate(2100, p) != 5 {
+		t.Fatal("a refusal of a request sent before a policy lowered the rate changed it")
 	}
 }
 
@@ -144,7 +275,7 @@ func TestAPauseResumesWhereItWas(t *testing.T) {
 	t.Parallel()
 	st := State{Ver: 1, Base: 36, Max: 40, T0: 0, Event: Refused}
 	r := st.Rate(10_000, p)
-	if !st.Pause(10_000, 5000, p) || st.T0 != 15_000 {
+	if !st.Pause(10_000, 5000, p) || st.T0 != 15_000 || st.HoldFrom != 15_000 {
 		t.Fatalf("pause: %+v", st)
 	}
 	for _, at := range []float64{10_000, 15_000, 15_000 + Recover + 1} {
@@ -170,7 +301,11 @@ func TestRandomFeedbackKeepsTheBounds(t *testing.T) {
 			now += rng.Float64() * 2000
 			ver := st.Ver
 			changed := false
-			switch rng.IntN(5) {
+			switch rng.IntN(6) {
+			case 5:
+				at := now - rng.Float64()*3000
+				n := int64(rng.IntN(40))
+				changed = st.Probe(now, Evidence{From: at, To: at + 250 + rng.Float64()*2000, Accepted: n - int64(rng.IntN(2)), Answered: n}, p)
 			case 0:
 				if st.Event == None {
 					st, changed = Start(st.Ver, now, p), true
@@ -190,11 +325,23 @@ func TestRandomFeedbackKeepsTheBounds(t *testing.T) {
 			if st.Event == None {
 				continue
 			}
-			for _, at := range []float64{now, now + 500, now + 20_000} {
+			// Between changes the rate never grows past what a refusal
+			// found (the recovery to Keep*Max) or the rate in force: only
+			// a change, a step of the probe with its evidence, raises it.
+			free := st
+			free.Policy, free.Cap = 0, 0 // a policy's or a count's end frees the rate, to the curve's
+			bound := max(free.Rate(now, p), Keep*st.Max)
+			for _, at := range []float64{now, now + 500, now + 20_000, now + 1e7} {
 				r := st.Rate(at, p)
 				capped := (st.Cap > 0 && at < st.CapEnd) || (st.Policy > 0 && at < st.PolicyEnd)
 				if r > p.Ceiling || (r < p.Floor && !capped) || math.IsNaN(r) {
 					t.Fatalf("seed %d: Rate(%v) = %v outside [%v, %v]: %+v", seed, at, r, p.Floor, p.Ceiling, st)
+				}
+				if r > bound*(1+1e-12) {
+					t.Fatalf("seed %d: Rate(%v) = %v grew past %v with no change: %+v", seed, at, r, bound, st)
+				}
+				if st.Policy > 0 && at < st.PolicyEnd && r > st.Policy || st.Cap > 0 && at < st.CapEnd && r > st.Cap {
+					t.Fatalf("seed %d: Rate(%v) = %v above a policy or count in force: %+v", seed, at, r, st)
 				}
 			}
 			if got, err := Parse(st.String()); err != nil || got != st {

@@ -46,14 +46,20 @@ type LearnOp struct {
 	Clamp *LearnClamp // the clamp to set with it (nil none)
 	Add   []Tally     // this process's answers since its last call
 	From  int64       // read the fleet's tallies of the buckets from this one on (0: none)
+	// Reset forgets the keys' schedules and pauses (Backend.Reset) but
+	// not their clamps, then sets Clamp (which it needs): when the
+	// version is Want, in the same call, so that no reservation sees the
+	// keys reset without the learned clamp.
+	Reset bool
 }
 
 // Learning is the part of the store contract that keeps what the shapers
 // under a prefix learned of each partner key, fleet-wide.
 type Learning interface {
 	// Learn adds op.Add to l's tallies, then reads l's record. When its
-	// version (learn.Version) is op.Want, it writes op.Rec (unless "")
-	// and sets op.Clamp (unless nil) on l's keys as Clamp does. It
+	// version (learn.Version) is op.Want, it writes op.Rec (unless ""),
+	// resets l's keys but their clamps when op.Reset, and sets op.Clamp
+	// (unless nil) on l's keys as Clamp does. It
 	// returns the record in force after the call ("" when none) and,
 	// when op.From > 0, the fleet's tallies of the buckets from op.From,
 	// in bucket order.

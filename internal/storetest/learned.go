@@ -14,8 +14,8 @@ import (
 // Learned drives a learning shaper (shaper.WithLearning) on c's store and
 // on a memory store, on a fake clock each (c's store must decide on the
 // client clock), through the same seeded feedback — refusals, stated
-// policies, remaining counts, pauses, margins (Space) — interleaved with
-// reservations, cancels and Status reads on OddKeys, and a plain shaper
+// policies, remaining counts, pauses, margins (Space), the user's Clamp,
+// Reset — interleaved with reservations, cancels and Status reads on OddKeys, and a plain shaper
 // keeping a margin under partners' clamps beside them, and fails t at the first step where they
 // differ: the delays granted (the learned rate's clamp), the errors, and
 // the learned rate and event Status reports. Two shapers share each store,
@@ -47,7 +47,16 @@ func Learned(t *testing.T, c Candidate) {
 			s := fleet[rng.IntN(2)]
 			key := OddKeys[rng.IntN(len(OddKeys))*rng.IntN(2)]
 			line := fmt.Sprintf("%d %q: ", step, key)
-			switch rng.IntN(9) {
+			switch rng.IntN(11) {
+			case 9:
+				err := s.Reset(bg, key) // the learned clamp stays, renewed in the same call
+				st, serr := s.Status(bg, key, 1)
+				line += "reset " + ErrText(err) + fmt.Sprintf(" next %v %s", st.Next.Sub(clk.Now()), ErrText(serr))
+			case 10:
+				// The user's clamp on a learning key caps its learned rate.
+				err := s.Clamp(bg, key, int64(rng.IntN(6)), time.Duration(rng.IntN(20_000))*time.Millisecond)
+				st, serr := s.Status(bg, key, 1)
+				line += "clamp " + ErrText(err) + fmt.Sprintf(" next %v %s", st.Next.Sub(clk.Now()), ErrText(serr))
 			case 0, 1:
 				r, err := s.Reserve(bg, key, 1)
 				line += fmt.Sprintf("reserve %v %s", r.Delay, ErrText(err))
