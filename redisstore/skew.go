@@ -20,19 +20,12 @@ import (
 // that slot late and the next one, read on time, close behind it: slot
 // instants bunch on the caller's side. So the store keeps one estimate for
 // all calls, est >= θ: the tightest upper bound seen, aged by the drift two
-// clocks may have (skewDrift), coming down towards a tighter bound at most
-// skewSlew of the time elapsed (so that the instants of a backlogged key
-// come closer by at most that), and starting over at the reply's bound when
-// a call proves est below θ (s - d > est: a clock was stepped).
-//
-// The shaper's side is measured on its clock's monotonic reading (ms since
-// base), so that a step of the host's wall clock moves nothing: only the
-// clocks' drift and a step of the server's clock change θ. A step of the
-// server's clock moves the timeline of every process of the fleet alike,
-// and each keeps mapping the key's schedule with the same est until a call
-// shows it stale, so departures keep their spacing; a step backwards of
-// less than a call's way to the server is not seen, and leaves est below
-// θ by at most that way.
+// clocks may have (skewDrift) since it was seen. It is never looser than
+// the call's own bound (a slot never later than anchoring at its reply
+// would put it), and it comes down only when a call finds a tighter bound:
+// after the first calls, by no more than the drift allowance accumulated
+// since the last such call. A call proving est below θ (s - d > est: the
+// server's clock was stepped) starts it over at the call's own bound.
 type skew struct {
 	mu   sync.Mutex
 	base time.Time // the shaper's clock reading that local instants count from
@@ -41,14 +34,9 @@ type skew struct {
 	set  bool
 }
 
-const (
-	// skewDrift is the relative drift between the shaper's clock and the
-	// server's that est allows for between calls: 100 ppm.
-	skewDrift = 1e-4
-	// skewSlew is how fast est comes down to a tighter bound: 1 ms per
-	// second.
-	skewSlew = 1e-3
-)
+// skewDrift is the relative drift between the shaper's clock and the
+// server's that est allows for between calls: 100 ppm.
+const skewDrift = 1e-4
 
 // observe takes one call's bounds (sent and replied on the shaper's clock,
 // decided and took on the server's, all ms) and returns est after it.
@@ -63,8 +51,7 @@ func (k *skew) observe(sent, replied, decided, took float64) float64 {
 	case !k.set || lo > bound: // no estimate yet, or est proved below θ
 		k.est = hi
 	default:
-		tight := min(bound, hi)
-		k.est = max(tight, k.est-skewSlew*el)
+		k.est = min(bound, hi)
 	}
 	k.at, k.set = max(k.at, replied), true
 	return k.est
