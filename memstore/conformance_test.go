@@ -19,3 +19,13 @@ func TestStatusConsumesNothing(t *testing.T) {
 		return memstore.New(memstore.WithSweepInterval(0))
 	}})
 }
+
+// Shapers whose prefix, in-flight dimension and key differ never share a
+// permit on the memory store (storetest.InFlightKeysApart); the Redis
+// store's tests run the same check on a node and a cluster.
+func TestInFlightKeysApart(t *testing.T) {
+	t.Parallel()
+	storetest.InFlightKeysApart(t, storetest.Candidate{Name: "memory", New: func() shaper.Store {
+		return memstore.New(memstore.WithSweepInterval(0))
+	}})
+}

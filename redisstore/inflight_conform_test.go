@@ -32,6 +32,7 @@ func TestInFlightAndTurnsMatchMemoryStore(t *testing.T) {
 			return s
 		}}
 		storetest.InFlight(t, c)
+		storetest.InFlightKeysApart(t, c)
 		storetest.FairTurns(t, c)
 		storetest.Learned(t, c)
 	}

@@ -138,3 +138,35 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// InFlightKeysApart checks on c's store that shapers whose prefix, in-flight
+// dimension name and key differ never share a permit, whatever ":" the
+// parts hold: each pair below takes its one permit on each side. Before
+// issue 37 the memory store named a key's permits prefix + name + ":" and
+// key, so that shaper "a" with dimension "b:c" and shaper "a:b" with
+// dimension "c" shared one budget (apart on Redis).
+func InFlightKeysApart(t *testing.T, c Candidate) {
+	t.Helper()
+	st := c.New()
+	type side struct{ name, dim, key string }
+	pairs := [][2]side{
+		{{"a", "b:c", "k"}, {"a:b", "c", "k"}},
+		{{"x", "open", "a:b"}, {"x", "open:a", "b"}},
+		{{"y:", "z", "k"}, {"y", ":z", "k"}},
+		{{"w", "v", ""}, {"w:v", "", ""}}, // "" dimension name: a shaper of one in-flight dimension
+	}
+	for i, pair := range pairs {
+		for _, sd := range pair {
+			s, err := shaper.All(st, []shaper.Dimension{{Name: sd.dim, InFlight: 1, Lease: time.Minute}},
+				shaper.WithName(fmt.Sprintf("apart-%s-%d-%s", c.Name, i, sd.name)), shaper.WithPrefix(fmt.Sprintf("apart-%s-%d:%s:", c.Name, i, sd.name)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := s.Reserve(bg, sd.key, 1)
+			if err != nil {
+				t.Fatalf("%s: pair %d: shaper %q, dimension %q, key %q: %v: it shares the permit of %+v", c.Name, i, sd.name, sd.dim, sd.key, err, pair[0])
+			}
+			defer func() { _ = r.Release(bg) }()
+		}
+	}
+}
