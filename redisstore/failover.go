@@ -282,9 +282,12 @@ func (f *failover) TakePermit(ctx context.Context, p *store.Permit, id string, n
 	return f.serve(ctx, p, id, now)
 }
 
-// serve is TakePermit by the policy.
+// serve is TakePermit by the policy. Its grant has an id of its own (id
+// followed by "/p"): the Redis take of id may have run, and its clean-up
+// (a tombstone for id) must not keep the grant from being registered.
 func (f *failover) serve(ctx context.Context, p *store.Permit, id string, now float64) (store.Taken, error) {
 	f.degrade(ctx, "take_permit")
+	id += "/p"
 	l := &f.redis.permits.leases
 	if f.local == nil {
 		l.hold(f.redis, p, id, true, nil)
