@@ -29,3 +29,13 @@ func TestInFlightKeysApart(t *testing.T) {
 		return memstore.New(memstore.WithSweepInterval(0))
 	}})
 }
+
+// Takes cut short by their deadline leave no permit behind on the memory
+// store (storetest.InFlightDeadlines); the Redis store's tests run it on a
+// node and a cluster.
+func TestInFlightDeadlines(t *testing.T) {
+	t.Parallel()
+	storetest.InFlightDeadlines(t, storetest.Candidate{Name: "memory", New: func() shaper.Store {
+		return memstore.New(memstore.WithSweepInterval(0))
+	}}, 2000)
+}

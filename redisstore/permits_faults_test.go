@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/internal/script"
 	"github.com/throttlekit/throttlekit-go/internal/store"
+	"github.com/throttlekit/throttlekit-go/internal/storetest"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -37,6 +40,62 @@ type deployment struct {
 // faultClient is how the stores under test connect: ctx deadlines on the
 // socket, no retries (a retried take would hide what the store does).
 func faultClient(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }
+
+// laggy delays, on its clients' connections, every write that holds the
+// given bytes (a script's SHA) by lag, as a slow link would: the bytes are
+// sent in order after lag, even if the client has closed the connection
+// meanwhile (they were on the wire). Other writes are not delayed, so that
+// a command sent later on another connection can overtake it.
+type laggy struct {
+	match []byte
+	lag   time.Duration
+	wg    sync.WaitGroup // the delayed writes in flight
+}
+
+type laggyConn struct {
+	net.Conn
+	l       *laggy
+	mu      sync.Mutex
+	pending sync.WaitGroup
+	closing bool
+}
+
+func (l *laggy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &laggyConn{Conn: c, l: l}, nil
+}
+
+func (c *laggyConn) Write(b []byte) (int, error) {
+	if !bytes.Contains(b, c.l.match) {
+		c.pending.Wait() // in order behind a delayed write
+		return c.Conn.Write(b)
+	}
+	buf := bytes.Clone(b)
+	c.pending.Add(1)
+	c.l.wg.Add(1)
+	go func() {
+		defer c.l.wg.Done()
+		defer c.pending.Done()
+		time.Sleep(c.l.lag)
+		_ = c.Conn.SetWriteDeadline(time.Time{})
+		_, _ = c.Conn.Write(buf)
+	}()
+	return len(b), nil
+}
+
+// Close closes the connection once its delayed writes are on the wire.
+func (c *laggyConn) Close() error {
+	c.l.wg.Add(1)
+	go func() {
+		defer c.l.wg.Done()
+		c.pending.Wait()
+		_ = c.Conn.Close()
+	}()
+	return nil
+}
 
 // cutter cuts one process off from Redis while Redis serves the others: its
 // clients' connections are closed and their dials refused (a network
@@ -531,6 +590,80 @@ func TestRedisForeignLeasesAreAStateError(t *testing.T) {
 				if err := r.Release(bg); err != nil {
 					t.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// Defect 10. Takes cut short by their deadline leave no lease behind, on a
+// node and on the cluster, through clients that put the deadline on the
+// socket (ContextTimeoutEnabled), which closes the connection of a take
+// whose reply the deadline cut: storetest.InFlightDeadlines, 8,000
+// Reserves with deadlines around one round trip. Before the fix the
+// clean-up release went out on another connection, unordered with the
+// take, and a few leases stayed held by nobody for the lease.
+func TestRedisTakesCutShortByTheirDeadlineLeaveNoLease(t *testing.T) {
+	t.Parallel()
+	for _, d := range deployments(t, false) {
+		storetest.InFlightDeadlines(t, storetest.Candidate{Name: d.name, New: func() shaper.Store {
+			s := New(d.client(nil), WithTimeout(slowMachine))
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}}, 8000)
+	}
+}
+
+// Defect 10, the mechanism. A take's bytes delayed on the link (laggy:
+// 30 ms) past its caller's deadline (5 ms), so that its clean-up, sent on
+// another connection, reaches Redis first: 10 such Reserves leave no lease
+// behind, on a node and on the cluster. Before the fix the clean-up found
+// nothing to release, and each take then took a lease held by nobody for
+// the whole lease (10 of 10 held).
+func TestRedisATakeOvertakenByItsCleanUpLeavesNoLease(t *testing.T) {
+	t.Parallel()
+	for _, d := range deployments(t, false) {
+		t.Run(d.name, func(t *testing.T) {
+			lag := &laggy{match: []byte(script.PermitTake.Hash()), lag: 30 * time.Millisecond}
+			var c redis.UniversalClient
+			if d.name == "node" {
+				c = d.owner("").Client(faultClient, func(o *redis.Options) { o.Dialer = lag.dial })
+			} else {
+				c = d.client(nil)
+				c.(*redis.ClusterClient).Options().Dialer = lag.dial
+			}
+			st := New(c, WithTimeout(slowMachine))
+			t.Cleanup(func() { _ = st.Close() })
+			s, err := shaper.All(st, []shaper.Dimension{{Name: "open", InFlight: 100}}, shaper.WithName("overtaken-"+d.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Status(bg, "k", 1); err != nil { // connected, and the script loaded with a take that is not delayed
+				t.Fatal(err)
+			}
+			if err := script.PermitTake.Load(bg, c).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for range 10 {
+				ctx, cancel := context.WithTimeout(bg, 5*time.Millisecond)
+				if r, err := s.Reserve(ctx, "k", 1); err == nil {
+					_ = r.Release(bg)
+				}
+				cancel()
+			}
+			lag.wg.Wait() // every delayed take has reached Redis
+			start := time.Now()
+			for {
+				st, err := s.Status(bg, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Dimensions[0].InFlight == 0 {
+					break
+				}
+				if time.Since(start) > 2*time.Second {
+					t.Fatalf("%d leases held 2 s after every delayed take reached Redis (the lease is 10 s)", st.Dimensions[0].InFlight)
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 		})
 	}
