@@ -55,9 +55,7 @@ type laggy struct {
 type laggyConn struct {
 	net.Conn
 	l       *laggy
-	mu      sync.Mutex
-	pending sync.WaitGroup
-	closing bool
+	pending sync.WaitGroup // its delayed writes
 }
 
 func (l *laggy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
