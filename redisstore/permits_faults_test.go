@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -663,6 +667,155 @@ func TestRedisATakeOvertakenByItsCleanUpLeavesNoLease(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
+		})
+	}
+}
+
+// The class of defects 8 to 14: whatever Redis does, permits held by live
+// requests never exceed InFlight. A seeded random run per policy: 3
+// processes (stores with their own clients) sharing InFlight 3 with 1 s
+// leases (renewed every 200 ms), 4 workers each, each Acquire with a
+// deadline that is, one time in four, around a round trip (0.2 to 2 ms),
+// holding its permit 0 to 30 ms, or one time in five 0.5 to 2 s (past its
+// lease: renewed through the faults); meanwhile faults follow one another:
+// Redis paused (50 to 600 ms), stalled (DEBUG SLEEP 50 to 400 ms), killed
+// and restarted on its AOF (down 50 to 400 ms, and its launch), one
+// process cut off (50 to 600 ms), or nothing for a while. Every break is
+// shorter than the lease less a period, a retry and a timeout (650 ms), so
+// no exception applies: the count of live requests (taken after Acquire
+// returns, given back before Release) never exceeds 3 at a grant, no lease
+// is lost, and once the workers stop every permit comes back within 500 ms
+// (nothing is left held by nobody: defects 10 and 11; the tolerance is for
+// this host's scheduling, against a 50 ms retry and a 1 s lease). The policies: FailClosed for the fleet; FailLocal(1) for one
+// process alone (its share is the whole limit: FailLocal(1/N) over N
+// processes has the exception docs/INFLIGHT.md states). A failure prints
+// the seed; THROTTLEKIT_SEED replays one.
+func TestRedisInFlightBoundUnderRandomFaults(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("THROTTLEKIT_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	for i, run := range []struct {
+		name   string
+		procs  int
+		policy FailurePolicy
+	}{{"FailClosed, 3 processes", 3, FailClosed}, {"FailLocal(1), 1 process", 1, FailLocal(1)}} {
+		t.Run(run.name, func(t *testing.T) {
+			t.Parallel()
+			seed := seed + uint64(i)
+			t.Logf("seed %d (THROTTLEKIT_SEED=%d replays the faults' choices)", seed, seed-uint64(i))
+			rng := rand.New(rand.NewPCG(seed, 8))
+			d := deployments(t, true, "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes")[0]
+			srv := d.owner("")
+			const limit = 3
+			name := fmt.Sprint("random", i)
+			var shapers []*shaper.Shaper
+			var stores []*Store
+			var cuts []*cutter
+			for range run.procs {
+				cut := &cutter{}
+				st, _ := faultStore(t, d, cut, WithFailurePolicy(run.policy))
+				s, err := shaper.All(st, []shaper.Dimension{{Name: "open", InFlight: limit, Lease: time.Second}}, shaper.WithName(name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				shapers, stores, cuts = append(shapers, s), append(stores, st), append(cuts, cut)
+			}
+			var live, most atomic.Int64
+			var over atomic.Value
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for w := range 4 * run.procs {
+				s := shapers[w%run.procs]
+				wr := rand.New(rand.NewPCG(seed, uint64(100+w)))
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						deadline := 500 * time.Millisecond
+						if wr.IntN(4) == 0 {
+							deadline = 200*time.Microsecond + time.Duration(wr.Int64N(int64(1800*time.Microsecond)))
+						}
+						ctx, cancel := context.WithTimeout(bg, deadline)
+						r, err := s.Acquire(ctx, "k", 1)
+						cancel()
+						if err != nil {
+							time.Sleep(time.Millisecond)
+							continue
+						}
+						n := live.Add(1)
+						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+						}
+						if n > limit {
+							over.CompareAndSwap(nil, fmt.Sprintf("%d live at a grant (limit %d)", n, limit))
+						}
+						hold := time.Duration(wr.IntN(30)) * time.Millisecond
+						if wr.IntN(5) == 0 { // a long call: its lease must be renewed, through the faults
+							hold = 500*time.Millisecond + time.Duration(wr.Int64N(int64(1500*time.Millisecond)))
+						}
+						time.Sleep(hold)
+						live.Add(-1)
+						_ = r.Release(bg)
+					}
+				})
+			}
+			var faults []string
+			for end := time.Now().Add(6 * time.Second); time.Now().Before(end); {
+				switch f := rng.IntN(5); f {
+				case 0:
+					dur := time.Duration(50+rng.IntN(551)) * time.Millisecond
+					faults = append(faults, fmt.Sprint("pause ", dur))
+					srv.Pause()
+					time.Sleep(dur)
+					srv.Resume()
+				case 1:
+					dur := time.Duration(50+rng.IntN(351)) * time.Millisecond
+					faults = append(faults, fmt.Sprint("DEBUG SLEEP ", dur))
+					<-stall(t, srv, dur)
+				case 2:
+					dur := time.Duration(50+rng.IntN(351)) * time.Millisecond
+					faults = append(faults, fmt.Sprint("restart on AOF after ", dur))
+					srv.Kill()
+					time.Sleep(dur)
+					srv.Restart()
+				case 3:
+					dur := time.Duration(50+rng.IntN(551)) * time.Millisecond
+					p := rng.IntN(run.procs)
+					faults = append(faults, fmt.Sprintf("cut process %d off for %v", p, dur))
+					cuts[p].cut(dur)
+					time.Sleep(dur)
+				default:
+					dur := time.Duration(100+rng.IntN(400)) * time.Millisecond
+					faults = append(faults, fmt.Sprint("nothing for ", dur))
+				}
+				time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond) // recovery between faults
+			}
+			close(stop)
+			wg.Wait()
+			if v := over.Load(); v != nil {
+				t.Fatalf("%s; faults: %v", v, faults)
+			}
+			for j, st := range stores {
+				if lost := st.LeasesLost(); lost != 0 {
+					t.Fatalf("process %d lost %d leases; faults: %v", j, lost, faults)
+				}
+			}
+			start := time.Now()
+			for {
+				stat, err := shapers[0].Status(bg, "k", 1)
+				if err == nil && stat.Dimensions[0].InFlight == 0 {
+					break
+				}
+				if time.Since(start) > 500*time.Millisecond {
+					t.Fatalf("500 ms after the workers stopped: %+v %v still held; faults: %v", stat.Dimensions, err, faults)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("at most %d live of %d; faults: %v", most.Load(), limit, faults)
 		})
 	}
 }
