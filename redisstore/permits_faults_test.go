@@ -102,17 +102,50 @@ func (c *laggyConn) Close() error {
 // cutter cuts one process off from Redis while Redis serves the others: its
 // clients' connections are closed and their dials refused (a network
 // partition of that process).
+//
+// With resets, a dial during the cut succeeds and the connection's I/O
+// fails (reset) instead: go-redis's pool, after as many refused dials as
+// its size, stops dialling and probes once a second (its dial circuit
+// breaker), which a test on a fake clock cannot wait for.
 type cutter struct {
-	mu    sync.Mutex
-	until time.Time
-	conns map[net.Conn]struct{}
+	mu     sync.Mutex
+	until  time.Time
+	resets bool
+	conns  map[net.Conn]struct{}
+}
+
+// cutNow reports whether the process is cut off.
+func (c *cutter) cutNow() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Before(c.until)
+}
+
+// resetConn is a connection whose I/O fails while its cutter cuts.
+type resetConn struct {
+	net.Conn
+	c *cutter
+}
+
+func (r resetConn) Read(b []byte) (int, error) {
+	if r.c.cutNow() {
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	return r.Conn.Read(b)
+}
+
+func (r resetConn) Write(b []byte) (int, error) {
+	if r.c.cutNow() {
+		return 0, &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	return r.Conn.Write(b)
 }
 
 // dial is the clients' Dialer.
 func (c *cutter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if time.Now().Before(c.until) {
+	if time.Now().Before(c.until) && !c.resets {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
 	}
 	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -121,6 +154,9 @@ func (c *cutter) dial(ctx context.Context, network, addr string) (net.Conn, erro
 			c.conns = map[net.Conn]struct{}{}
 		}
 		c.conns[conn] = struct{}{}
+		if c.resets {
+			return resetConn{conn, c}, nil
+		}
 	}
 	return conn, err
 }

@@ -652,3 +652,70 @@ func TestRedisPermitsLeaveNoGoroutineAfterClose(t *testing.T) {
 	}
 	goleak.VerifyNone(t, before)
 }
+
+// The margin exactly, on the fake clock (the scripts on the client's clock,
+// the renewal loop on the same clock): 1.5 s leases renewed every 300 ms,
+// retried every 50 ms. A holds 2 of 2 and is cut off from Redis (its
+// connections reset) at the worst instant, 1 ms before a renewal is due
+// (1.2 s of lease left), for 1.1 s, just under the margin (lease - period
+// - retry): its renewal once Redis answers lands in time and B is refused.
+// Cut off past its lease (a process stalled, or cut off, past its lease:
+// the documented exception), its leases expire, B is granted them, and A
+// counts them lost when it is back.
+func TestRedisLeaseMarginOnTheFakeClock(t *testing.T) {
+	t.Parallel()
+	srv, _ := redisClient(t)
+	for _, c := range []struct {
+		cutFor time.Duration
+		kept   bool
+	}{{1100 * time.Millisecond, true}, {1300 * time.Millisecond, false}} {
+		clock := timer.NewFake(epoch)
+		now := func() float64 { return algorithms.Millis(clock.Now()) }
+		cut := &cutter{resets: true}
+		sa := New(srv.Client(faultClient, func(o *redis.Options) { o.Dialer = cut.dial }), WithClientClock(), WithTimeout(100*time.Millisecond))
+		t.Cleanup(func() { _ = sa.Close() })
+		a := store.Of(sa)
+		_, b := permitStore(t, srv.Client(), WithClientClock())
+		p := permitOf(fmt.Sprintf("tk:margin%v:", c.cutFor), "calls", "k", 2, 1500*time.Millisecond, clock)
+		for _, id := range []string{"a0", "a1"} {
+			if tk := mustTake(t, a, p, id, now()); !tk.OK {
+				t.Fatal(tk)
+			}
+		}
+		l := &sa.r.permits.leases
+		step := func(d time.Duration) { // advance d, and wait for the loop's round that falls due
+			before := l.rounds.Load()
+			clock.Advance(d)
+			for deadline := time.Now().Add(5 * time.Second); l.rounds.Load() == before; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no renewal round after advancing %v: a failed renewal is not tried again within a retry (50 ms)", d)
+				}
+			}
+		}
+		clock.Advance(299 * time.Millisecond) // 1 ms before the first renewal is due
+		cut.cut(time.Hour)
+		step(time.Millisecond) // the renewal fails
+		for elapsed := time.Millisecond; elapsed < c.cutFor; elapsed += 50 * time.Millisecond {
+			step(50 * time.Millisecond) // each retry fails
+		}
+		if !c.kept { // past the lease: B is granted A's permits
+			for _, id := range []string{"b0", "b1"} {
+				if tk := mustTake(t, b, p, id, now()); !tk.OK {
+					t.Fatalf("%v past A's lease: B's take %+v, want granted (the exception)", clock.Now().Sub(epoch), tk)
+				}
+			}
+		}
+		cut.cut(0) // healed
+		step(50 * time.Millisecond)
+		if !c.kept {
+			if lost := sa.LeasesLost(); lost != 2 {
+				t.Fatalf("cut off past its lease: A counts %d lost, want 2", lost)
+			}
+			continue
+		}
+		if tk := mustTake(t, b, p, "b", now()); tk.OK || sa.LeasesLost() != 0 {
+			t.Fatalf("cut off for %v (under the margin), renewed at %v: B's take %+v, A lost %d; want refused, none lost",
+				c.cutFor, clock.Now().Sub(epoch), tk, sa.LeasesLost())
+		}
+	}
+}
