@@ -95,32 +95,41 @@ var (
 	// PermitTake takes one lease of an in-flight key (a sorted set: lease
 	// ids scored by their expiry) if fewer than the limit are held, after
 	// dropping the leases whose expiry has come; an id already held is
-	// refreshed and taken again. KEYS: the in-flight key. ARGV: now in ms
-	// ("" reads Redis TIME), the limit, the lease in ms, the lease's id.
-	// Reply: "1" taken or "0" refused, the leases held after, the ms until
-	// the earliest expires ("inf": none).
+	// refreshed and taken again; an id with a tombstone (its clean-up came
+	// first) is not taken. KEYS: the in-flight key, its tombstones. ARGV: now
+	// in ms ("" reads Redis TIME), the limit, the lease in ms, the lease's
+	// id. Reply: "1" taken or "0" refused, the leases held after, the ms
+	// until the earliest expires ("inf": none). A lease further ahead than
+	// any lease could be is foreign data (TKSTATE).
 	//
 	//go:embed permit_take.lua
 	PermitTake string
 
 	// PermitRelease gives back one lease of an in-flight key if it holds the
-	// id, and then publishes the key on the channel. KEYS: the in-flight key.
-	// ARGV: the id, the channel. Reply: how many it removed ("0" or "1").
+	// id, and then publishes the key on the channel; asked to, it leaves a
+	// tombstone for the id, for a lease, so that a take or renewal of it
+	// arriving later adds nothing. KEYS: the in-flight key, its tombstones.
+	// ARGV: the id, the channel, "1" for a tombstone (else "0"), now in ms
+	// ("" reads Redis TIME), the lease in ms. Reply: how many it removed
+	// ("0" or "1").
 	//
 	//go:embed permit_release.lua
 	PermitRelease string
 
 	// PermitRenew extends to now + lease the leases of an in-flight key that
-	// it still holds and that have not expired. KEYS: the in-flight key.
-	// ARGV: now in ms ("" reads Redis TIME), the lease in ms, then the ids.
-	// Reply: the ids lost (expired, or gone).
+	// a process holds, adding back those the key lost while it has room
+	// (always, with no limit: a failure policy's grants registered), never
+	// one with a tombstone. KEYS: the in-flight key, its tombstones. ARGV:
+	// now in ms ("" reads Redis TIME), the lease in ms, the limit ("":
+	// none), then the ids. Reply: the ids lost (no room, or released).
 	//
 	//go:embed permit_renew.lua
 	PermitRenew string
 
 	// PermitCount reads how many leases an in-flight key holds, expired
-	// ones aside, writing nothing. KEYS: the in-flight key. ARGV: now in ms
-	// ("" reads Redis TIME). Reply: the count.
+	// ones aside, writing nothing; foreign data is refused (TKSTATE). KEYS:
+	// the in-flight key. ARGV: now in ms ("" reads Redis TIME). Reply: the
+	// count.
 	//
 	//go:embed permit_count.lua
 	PermitCount string

@@ -40,3 +40,23 @@ func TestLearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T) {
 		return memstore.New(memstore.WithSweepInterval(0))
 	}}, 100)
 }
+
+// Shapers whose prefix, in-flight dimension and key differ never share a
+// permit on the memory store (storetest.InFlightKeysApart); the Redis
+// store's tests run the same check on a node and a cluster.
+func TestInFlightKeysApart(t *testing.T) {
+	t.Parallel()
+	storetest.InFlightKeysApart(t, storetest.Candidate{Name: "memory", New: func() shaper.Store {
+		return memstore.New(memstore.WithSweepInterval(0))
+	}})
+}
+
+// Takes cut short by their deadline leave no permit behind on the memory
+// store (storetest.InFlightDeadlines); the Redis store's tests run it on a
+// node and a cluster.
+func TestInFlightDeadlines(t *testing.T) {
+	t.Parallel()
+	storetest.InFlightDeadlines(t, storetest.Candidate{Name: "memory", New: func() shaper.Store {
+		return memstore.New(memstore.WithSweepInterval(0))
+	}}, 2000)
+}

@@ -17,14 +17,19 @@ type permits struct {
 	keys map[permitKey]*permitState
 }
 
-type permitKey struct{ prefix, key string }
+// permitKey names one key's permits: the shaper's prefix, the in-flight
+// dimension's name and the key, kept apart (not joined into one string), so
+// that no two (prefix, name, key) share an entry, whatever ":" they hold:
+// shaper "a" with dimension "b:c" and shaper "a:b" with dimension "c" keep
+// their own permits, as on Redis (FuzzMemoryPermitKeysAreInjective).
+type permitKey struct{ base, name, key string }
 
 type permitState struct {
 	held      map[string]struct{}
 	listeners map[*chan<- struct{}]struct{}
 }
 
-func keyOf(p *store.Permit) permitKey { return permitKey{p.Dim.Prefix, p.Key} }
+func keyOf(p *store.Permit) permitKey { return permitKey{p.Dim.Base, p.Dim.Name, p.Key} }
 
 // state returns p's entry, creating it; the caller holds ps.mu.
 func (ps *permits) state(k permitKey) *permitState {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
 	"github.com/throttlekit/throttlekit-go/internal/fair"
@@ -27,6 +28,9 @@ type failover struct {
 	twins    store.Backend   // FailLocal: local's backend
 	handoff  handoff         // FailLocal: local slots Redis has not seen yet
 	degraded atomic.Uint64
+
+	lmu       sync.Mutex                               // listeners
+	listeners map[string]map[*chan<- struct{}]struct{} // FailLocal: Freed's channels, by in-flight key
 }
 
 var _ store.Backend = (*failover)(nil)
@@ -250,51 +254,108 @@ func (f *failover) Watch(string) *atomic.Uint64 { return nil }
 
 // TakePermit takes a lease on Redis. During an outage FailOpen grants an
 // Open lease, counting nothing, and FailLocal takes one of the twin's, at
-// the policy's share of the limit (at least 1).
+// the policy's share of the limit (at least 1), counting the leases this
+// process holds in Redis as held: a process never holds more than its share
+// on both sides together, unless it held more in Redis when Redis went down
+// (then it takes none locally until it holds less). Each grant of the policy
+// is registered in Redis, whatever the key holds, as soon as Redis answers
+// again (leases.hold with adopt), and on this key before Redis grants this
+// process anything more (the handoff back): a permit granted while Redis
+// was down and still in use counts in Redis until it is released.
 func (f *failover) TakePermit(ctx context.Context, p *store.Permit, id string, now float64) (store.Taken, error) {
+	l := &f.redis.permits.leases
+	if _, pending := l.count(p); pending {
+		if !f.redis.health.IsUp() { // Redis is judged down: nothing is asked of it
+			return f.serve(ctx, p, id, now)
+		}
+		if err := l.adoptNow(f.redis, p); err != nil {
+			return f.serve(ctx, p, id, now)
+		}
+		if _, pending := l.count(p); pending { // still not registered (closed, or a call that failed alone): do not grant past them
+			return f.serve(ctx, p, id, now)
+		}
+	}
 	t, err := f.redis.TakePermit(ctx, p, id, now)
 	if !outage(err) {
 		return t, err
 	}
+	return f.serve(ctx, p, id, now)
+}
+
+// serve is TakePermit by the policy. Its grant has an id of its own (id
+// followed by "/p"): the Redis take of id may have run, and its clean-up
+// (a tombstone for id) must not keep the grant from being registered.
+func (f *failover) serve(ctx context.Context, p *store.Permit, id string, now float64) (store.Taken, error) {
 	f.degrade(ctx, "take_permit")
+	id += "/p"
+	l := &f.redis.permits.leases
 	if f.local == nil {
+		l.hold(f.redis, p, id, true, nil)
 		return store.Taken{OK: true, Lease: store.Lease{ID: id, Open: true}, Expiry: math.Inf(1)}, nil
 	}
+	own, _ := l.count(p)
 	local := *p
-	local.Limit = max(1, int64(math.Floor(float64(p.Limit)*f.policy.share)))
-	if t, err = f.twins.TakePermit(ctx, &local, id, now); err != nil {
-		return t, err
+	local.Limit = max(1, int64(math.Floor(float64(p.Limit)*f.policy.share))) - own
+	var t store.Taken
+	if local.Limit > 0 {
+		var err error
+		if t, err = f.twins.TakePermit(ctx, &local, id, now); err != nil {
+			return t, err
+		}
+	} else {
+		n, err := f.twins.PermitsInUse(ctx, &local, now)
+		if err != nil {
+			return store.Taken{}, err
+		}
+		t = store.Taken{InUse: n}
 	}
-	if t.OK {
-		t.Lease.Local = true
+	t.InUse += own
+	if !t.OK {
+		// A permit this process holds in Redis may be released during
+		// the outage (a notice, f.listeners), or Redis may come back.
+		t.Expiry = min(t.Expiry, algorithms.DurationMillis(time.Second))
+		return t, nil
 	}
+	t.Lease.Local = true
+	twin := *p
+	l.hold(f.redis, p, id, true, func() { // registered in Redis: it counts there, and among this process's Redis leases
+		_ = f.twins.ReleasePermit(context.Background(), &twin, store.Lease{ID: id})
+	})
 	return t, nil
 }
 
-// ReleasePermit gives a lease back where it was granted: an Open one
-// nowhere, a local one to the twin, the others to Redis (during an outage
-// the release is counted and dropped: the lease expires after its lease).
+// ReleasePermit gives a lease back where it is held: a Local one to the
+// twin, and every one to Redis if it is there (a policy's grant once
+// registered; Open and Local leases never registered are nothing to Redis).
+// During an outage a release Redis did not hear is counted and left to the
+// Redis backend's clean-up (retried until Redis answers), and this
+// process's waiters are told: a permit its twin counted is free.
 func (f *failover) ReleasePermit(ctx context.Context, p *store.Permit, l store.Lease) error {
-	switch {
-	case l.Open:
-		return nil
-	case l.Local:
-		if f.local == nil {
-			return nil
+	if l.Local && f.local != nil {
+		if err := f.twins.ReleasePermit(ctx, p, l); err != nil {
+			return err
 		}
-		return f.twins.ReleasePermit(ctx, p, l)
 	}
-	return f.absorb(ctx, "release_permit", f.redis.ReleasePermit(ctx, p, l))
+	err := f.redis.ReleasePermit(ctx, p, l)
+	if outage(err) {
+		f.notify(p)
+	}
+	return f.absorb(ctx, "release_permit", err)
 }
 
-// PermitsInUse reads Redis; during an outage FailLocal answers with the
-// twin's count, FailOpen reports the outage: there is no shared figure.
+// PermitsInUse reads Redis; during an outage FailLocal answers with what it
+// counts (the twin's and this process's Redis leases), FailOpen reports the
+// outage: there is no shared figure.
 func (f *failover) PermitsInUse(ctx context.Context, p *store.Permit, now float64) (int64, error) {
 	n, err := f.redis.PermitsInUse(ctx, p, now)
 	if !outage(err) || f.local == nil {
 		return n, err
 	}
-	return f.twins.PermitsInUse(ctx, p, now)
+	if n, err = f.twins.PermitsInUse(ctx, p, now); err != nil {
+		return n, err
+	}
+	own, _ := f.redis.permits.leases.count(p)
+	return n + own, nil
 }
 
 // Turn asks Redis; during an outage FailLocal's twin takes the turns of
@@ -309,17 +370,47 @@ func (f *failover) Turn(ctx context.Context, t *store.Turns, p fair.Params, cand
 	return f.twins.Turn(ctx, t, p, cands)
 }
 
-// Freed registers ch with Redis and, under FailLocal, with the twin, so
-// that the releases of either reach it; stop unregisters both.
+// Freed registers ch with Redis and, under FailLocal, with the twin and
+// with this failover (a Redis lease released during an outage), so that the
+// releases of either reach it; stop unregisters all.
 func (f *failover) Freed(p *store.Permit, ch chan<- struct{}) (stop func()) {
 	stopRedis := f.redis.Freed(p, ch)
 	if f.local == nil {
 		return stopRedis
 	}
 	stopLocal := f.twins.Freed(p, ch)
+	k, ref := permitKey(p), &ch
+	f.lmu.Lock()
+	if f.listeners == nil {
+		f.listeners = map[string]map[*chan<- struct{}]struct{}{}
+	}
+	if f.listeners[k] == nil {
+		f.listeners[k] = map[*chan<- struct{}]struct{}{}
+	}
+	f.listeners[k][ref] = struct{}{}
+	f.lmu.Unlock()
 	return func() {
 		stopRedis()
 		stopLocal()
+		f.lmu.Lock()
+		delete(f.listeners[k], ref)
+		if len(f.listeners[k]) == 0 {
+			delete(f.listeners, k)
+		}
+		f.lmu.Unlock()
+	}
+}
+
+// notify tells the waiters of p's key in this process that a permit may
+// have freed.
+func (f *failover) notify(p *store.Permit) {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
+	for ch := range f.listeners[permitKey(p)] {
+		select {
+		case *ch <- struct{}{}:
+		default:
+		}
 	}
 }
 

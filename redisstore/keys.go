@@ -84,7 +84,7 @@ func contractKey(prefix string) string { return escape(prefix) + "contract" }
 //	dimension name: E(prefix) "{" T(slot) "}" P(name) ":" P(key) ":f"
 //
 // A shaper of one contract passes its key as the slot (the key itself is
-// then not written again).
+// then not written again). Its tombstones (tombKey) are permitKey + ":t".
 func permitKey(p *store.Permit) string {
 	d := p.Dim
 	if d.Name != "" {

@@ -2,7 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,11 +21,14 @@ import (
 // The in-flight dimension on Redis. A key's leases are a sorted set
 // (permitKey): ids scored by their expiry, on the scripts' clock. Each
 // operation is one script call (lua.PermitTake, PermitRelease, PermitCount);
-// the leases this process holds are renewed in the background, every third
-// of their lease, so that only those of a process that died (or stalled for a
-// lease) expire. A release is published on its prefix's channel
-// (freedChannel), to which each backend subscribes once it has a waiter
-// (Freed).
+// the leases this process holds are renewed in the background (leases), every
+// fifth of their lease and again promptly after a renewal fails, so that only
+// those of a process that died, or stalled or lost Redis for most of a lease,
+// expire. A take whose reply its caller never read (a deadline, a timeout, an
+// outage) is given back by a release that leaves a tombstone (tombKey) if it
+// arrives first, retried until Redis answers. A release is published on its
+// prefix's channel (freedChannel), to which each backend subscribes once it
+// has a waiter (Freed).
 
 // permitState is a backend's in-flight state in this process: the leases it
 // holds and renews, and the waiters it tells of releases.
@@ -30,10 +37,20 @@ type permitState struct {
 	notices notices
 }
 
+// ErrClosed is the cause of the *Error a closed Store answers an in-flight
+// take with: its leases would never be renewed (Store.Close). It matches
+// shaper.ErrStoreUnavailable too, and no failure policy serves it.
+var ErrClosed = errors.New("throttlekit: the redis store is closed")
+
 // freedChannel is the pub/sub channel on which the releases of the in-flight
 // keys of the shapers under prefix base are published, each with its key as
 // the payload: one channel per prefix, covered by the prefix's ACL pattern.
 func freedChannel(base string) string { return escape(base) + "freed" }
+
+// tombKey is the Redis key of the tombstones of p's key (permitKey + ":t",
+// in its hash slot): the ids whose clean-up release came before their take
+// (lua.PermitRelease), each for a lease.
+func tombKey(key string) string { return key + ":t" }
 
 // permitSet names p's key and dimension in an error (a *StateError).
 func permitSet(p *store.Permit) store.KeySet {
@@ -42,6 +59,10 @@ func permitSet(p *store.Permit) store.KeySet {
 
 // TakePermit takes a lease with id on p's key if fewer than p.Limit are held
 // (lua.PermitTake, one call), and renews it until it is released or Close.
+// A take that fails once its call may have reached Redis (a deadline, a
+// timeout, an outage: the script may have run, or may yet run) leaves its id
+// to the clean-up (leases.orphan): a release ordered after the take by its
+// tombstone, retried until Redis answers. A closed store refuses (ErrClosed).
 func (r *backend) TakePermit(ctx context.Context, p *store.Permit, id string, now float64) (store.Taken, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Taken{}, err
@@ -49,72 +70,101 @@ func (r *backend) TakePermit(ctx context.Context, p *store.Permit, id string, no
 	if r.err != nil {
 		return store.Taken{}, r.err
 	}
+	if r.permits.leases.isClosed() {
+		return store.Taken{}, &Error{Op: "take_permit", Err: ErrClosed}
+	}
 	key := permitKey(p)
 	var (
-		v         any
-		mu        sync.Mutex // v and abandoned
-		abandoned bool       // the caller left before the script answered
+		v    any
+		mu   sync.Mutex // v and sent
+		sent bool       // the call went to the client: the script may run
+		left bool       // the caller has left: v is not read
 	)
 	err := r.do(ctx, "take_permit", permitSet(p), nil, func(ctx context.Context, probe bool) error {
 		return r.call(ctx, probe, func(ctx context.Context) error {
-			res, err := script.PermitTake.Run(ctx, r.client, []string{key}, r.now(now), p.Limit, script.Float(p.Lease), id).Result()
+			mu.Lock()
+			sent = true
+			mu.Unlock()
+			res, err := script.PermitTake.Run(ctx, r.client, []string{key, tombKey(key)}, r.now(now), p.Limit, script.Float(p.Lease), id).Result()
 			mu.Lock()
 			defer mu.Unlock()
-			if abandoned { // nobody will hold what the script may have taken
-				r.releaseAbandoned(key, id, p)
-				return err
+			if !left {
+				v = res
 			}
-			v = res
 			return err
 		})
 	})
+	mu.Lock()
+	left, mayHaveRun := true, sent
+	mu.Unlock()
 	if err != nil {
-		// f may still run (see call), and its script take the lease after
-		// the caller has left: it gives the lease back itself then. If it
-		// answered first, the shaper releases the id on this error.
-		mu.Lock()
-		abandoned = true
-		mu.Unlock()
+		if mayHaveRun && !errors.Is(err, store.ErrInvalidState) { // a *StateError: the script refused, nothing was taken
+			r.permits.leases.orphan(r, p, id)
+		}
 		return store.Taken{}, err
 	}
 	rep, err := script.ParseTake(v)
 	if err != nil {
+		r.permits.leases.orphan(r, p, id)
 		return store.Taken{}, &Error{Op: "take_permit", Err: err}
 	}
 	t := store.Taken{OK: rep.OK, InUse: rep.InUse, Expiry: max(rep.Expiry, 0)}
 	if t.OK {
 		t.Lease, t.Expiry = store.Lease{ID: id}, math.Inf(1)
-		r.permits.leases.hold(r, key, id, p)
+		if !r.permits.leases.hold(r, p, id, false, nil) { // closed meanwhile: nobody would renew it
+			r.releaseNow(p, id)
+			return store.Taken{}, &Error{Op: "take_permit", Err: ErrClosed}
+		}
 	}
 	return t, nil
 }
 
-// releaseAbandoned gives back the lease id a take's script took on key
-// after its caller had left, from the goroutine that ran the script,
-// within the store's timeout. It goes to Redis directly: that goroutine
-// still holds its call slot.
-func (r *backend) releaseAbandoned(key, id string, p *store.Permit) {
+// releaseNow gives back the lease id on p's key at once, within the store's
+// timeout, when the store closed while its take ran: the clean-up no longer
+// runs.
+func (r *backend) releaseNow(p *store.Permit, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	_ = script.PermitRelease.Run(ctx, r.client, []string{key}, id, freedChannel(p.Dim.Base)).Err()
+	key := permitKey(p)
+	_ = script.PermitRelease.Run(ctx, r.client, []string{key, tombKey(key)}, id, freedChannel(p.Dim.Base), "1", r.now(algorithms.Millis(clockOf(p).Now())), script.Float(p.Lease)).Err()
 }
 
 // ReleasePermit gives back l (lua.PermitRelease), which publishes the
-// release if the key still held it. The lease is forgotten first: if the
-// call fails, the lease expires after its Lease instead of being renewed.
-// A lease a failure policy granted is not in Redis: nothing to do.
+// release if the key still held it. The lease is forgotten first (no longer
+// renewed); if the call fails when it may not have reached Redis (an outage,
+// a timeout), the release is left to the clean-up, retried until Redis
+// answers (or the lease expires). A lease a failure policy granted (Open,
+// Local) is in Redis only once registered there (leases.hold with adopt):
+// it is released there then, and is nothing to Redis before.
 func (r *backend) ReleasePermit(ctx context.Context, p *store.Permit, l store.Lease) error {
-	if l.Open || l.Local {
-		return nil
-	}
 	if r.err != nil {
 		return r.err
 	}
 	key := permitKey(p)
-	r.permits.leases.forget(key, l.ID)
-	return r.run(ctx, "release_permit", permitSet(p), func(ctx context.Context) error {
-		return script.PermitRelease.Run(ctx, r.client, []string{key}, l.ID, freedChannel(p.Dim.Base)).Err()
+	h := r.permits.leases.forget(p.Dim, key, l.ID)
+	if (l.Open || l.Local) && (h == nil || h.adopt && !h.calling) {
+		return nil // never registered in Redis, nor on its way there
+	}
+	tomb := "0"
+	if h != nil && h.calling { // a renewal of it is on its way: it must not add it back after this
+		tomb = "1"
+	}
+	now := r.now(algorithms.Millis(clockOf(p).Now()))
+	err := r.run(ctx, "release_permit", permitSet(p), func(ctx context.Context) error {
+		return script.PermitRelease.Run(ctx, r.client, []string{key, tombKey(key)}, l.ID, freedChannel(p.Dim.Base), tomb, now, script.Float(p.Lease)).Err()
 	})
+	if err != nil && !errors.Is(err, store.ErrInvalidState) { // it may not have reached Redis
+		r.permits.leases.orphan(r, p, l.ID)
+	}
+	return err
+}
+
+// clockOf is the clock p's shaper reads (the real one if none).
+func clockOf(p *store.Permit) timer.Clock {
+	if p.Dim.Clock != nil {
+		return p.Dim.Clock
+	}
+	return timer.Real()
 }
 
 // PermitsInUse counts the leases p's key holds, expired ones aside
@@ -202,73 +252,189 @@ func (r *backend) Freed(p *store.Permit, ch chan<- struct{}) (stop func()) {
 	return stop
 }
 
-// leases are the leases this backend took and holds: it renews each every
-// third of its lease (one renewer goroutine, running while any is held),
-// until it is released or the backend closes.
+// leases are what this backend keeps in Redis for its process, per in-flight
+// dimension: the leases it holds, which it renews every fifth of their lease
+// (period) until they are released or the backend closes, and the releases
+// left to do (orphans). A lease a failure policy granted while Redis was down
+// is held too, to be registered (adopt) when Redis answers again. Each
+// dimension's are served by one goroutine (a loop), running while it has any,
+// on the clock the scripts decide on: the shaper's under WithClientClock,
+// else the real one. After a failed call the loop tries again within retry,
+// not a period later: a lease outlives any break in reaching Redis shorter
+// than its lease less a period, a retry and the call's timeout.
 type leases struct {
-	mu      sync.Mutex
-	held    map[leaseKey]*heldLease
-	running bool          // the renewer runs
-	closed  bool          // Close: no lease is renewed any more
-	wake    chan struct{} // a lease was added: the renewer looks again when it is due
-	ctx     context.Context
-	cancel  context.CancelFunc // stops the renewer and its calls
-	wg      sync.WaitGroup
-	lost    atomic.Uint64 // leases that expired before they were renewed
+	mu     sync.Mutex
+	dims   map[*store.Dim]*dimLeases
+	closed bool // Close: nothing is renewed or cleaned up any more
+	ctx    context.Context
+	cancel context.CancelFunc // stops the loops and their calls
+	wg     sync.WaitGroup
+	lost   atomic.Uint64 // leases this process held that Redis no longer had room for
+	rounds atomic.Uint64 // rounds the loops have run (tests wait for them)
+}
+
+// dimLeases are one dimension's leases and orphans, by in-flight key.
+type dimLeases struct {
+	held    map[string]map[string]*heldLease // key -> id -> lease
+	orphans map[leaseKey]*orphan
+	clock   timer.Clock   // the loop's
+	calls   sync.Mutex    // held by a round: one at a time
+	running bool          // its loop runs
+	wake    chan struct{} // something new is due: the loop looks again
 }
 
 // leaseKey names one lease: its in-flight key and its id.
 type leaseKey struct{ key, id string }
 
-// heldLease is a lease held: how long it lasts, the clock of its shaper (the
-// renewal's now under WithClientClock), and when it is next renewed.
+// heldLease is a lease held: its permit (lease, limit, dimension), when it is
+// next renewed, and whether it is still to be registered regardless of the
+// limit (adopt: a failure policy's grant; adopted is called once it is).
 type heldLease struct {
-	lease float64 // ms
-	clock timer.Clock
-	due   time.Time
+	p       store.Permit
+	due     time.Time // on the loop's clock
+	adopt   bool
+	adopted func()
+	calling bool // a renewal of it is in flight: its release must leave a tombstone
 }
 
-// period is how often a lease of ms is renewed: every third of it (at
-// most every ms: a lease too short to renew does not spin the renewer).
-func period(ms float64) time.Duration { return max(algorithms.Duration(ms/3), time.Millisecond) }
+// orphan is a release to make: a take whose reply its caller did not read,
+// or a release that did not reach Redis.
+type orphan struct {
+	p   store.Permit
+	due time.Time
+}
 
-// hold remembers the lease id on key, taken for p by r, and makes sure the
-// renewer runs. After Close it is not renewed: it expires.
-func (l *leases) hold(r *backend, key, id string, p *store.Permit) {
+// period is how often a lease of ms is renewed: every fifth of it (at
+// most every ms: a lease too short to renew does not spin the loop).
+func period(ms float64) time.Duration { return max(algorithms.Duration(ms/5), time.Millisecond) }
+
+// retry is how soon a call that failed is tried again: a quarter of a
+// period, at most 50 ms, at least 1 ms.
+func retry(ms float64) time.Duration {
+	return max(min(period(ms)/4, 50*time.Millisecond), time.Millisecond)
+}
+
+// isClosed reports whether Close has run.
+func (l *leases) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// dim returns d's entry, creating it and starting its loop if it has none;
+// the caller holds l.mu and has checked l.closed. clientClock: the loop runs
+// on d's clock (the scripts decide on it), else on the real one.
+func (l *leases) dim(r *backend, d *store.Dim) *dimLeases {
+	if l.dims == nil {
+		l.dims = map[*store.Dim]*dimLeases{}
+		l.ctx, l.cancel = context.WithCancel(context.Background())
+	}
+	dl := l.dims[d]
+	if dl == nil {
+		clock := timer.Real()
+		if r.clientClock && d.Clock != nil {
+			clock = d.Clock
+		}
+		dl = &dimLeases{held: map[string]map[string]*heldLease{}, orphans: map[leaseKey]*orphan{}, clock: clock, wake: make(chan struct{}, 1)}
+		l.dims[d] = dl
+	}
+	if !dl.running {
+		dl.running = true
+		l.wg.Add(1)
+		go l.loop(r, d, dl)
+	} else {
+		dl.poke()
+	}
+	return dl
+}
+
+// poke makes dl's loop look again at what it has (something new is due, or
+// nothing is left: it exits).
+func (dl *dimLeases) poke() {
+	select {
+	case dl.wake <- struct{}{}:
+	default:
+	}
+}
+
+// hold remembers the lease id on p's key and renews it from a period on;
+// with adopt (a failure policy's grant, not yet in Redis) it is registered
+// at once, whatever the key holds, and adopted is called once it is. It
+// reports false after Close: nothing would renew it.
+func (l *leases) hold(r *backend, p *store.Permit, id string, adopt bool, adopted func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	dl := l.dim(r, p.Dim)
+	key := permitKey(p)
+	ids := dl.held[key]
+	if ids == nil {
+		ids = map[string]*heldLease{}
+		dl.held[key] = ids
+	}
+	due := dl.clock.Now().Add(period(p.Lease))
+	if adopt {
+		due = dl.clock.Now()
+	}
+	ids[id] = &heldLease{p: *p, due: due, adopt: adopt, adopted: adopted}
+	return true
+}
+
+// orphan leaves the release of id on p's key to d's loop, at once and then
+// every retry until Redis answers. After Close it is dropped: the lease, if
+// the take made one, expires.
+func (l *leases) orphan(r *backend, p *store.Permit, id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return
 	}
-	if l.held == nil {
-		l.held, l.wake = map[leaseKey]*heldLease{}, make(chan struct{}, 1)
-		l.ctx, l.cancel = context.WithCancel(context.Background())
-	}
-	clock := p.Dim.Clock
-	if clock == nil {
-		clock = timer.Real()
-	}
-	l.held[leaseKey{key, id}] = &heldLease{lease: p.Lease, clock: clock, due: time.Now().Add(period(p.Lease))}
-	if !l.running {
-		l.running = true
-		l.wg.Add(1)
-		go l.renewer(r)
-		return
-	}
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
+	dl := l.dim(r, p.Dim)
+	dl.orphans[leaseKey{permitKey(p), id}] = &orphan{p: *p, due: dl.clock.Now()}
 }
 
-// forget stops renewing the lease id on key.
-func (l *leases) forget(key, id string) {
+// forget stops renewing the lease id on key and returns it (nil if it was
+// not held).
+func (l *leases) forget(d *store.Dim, key, id string) *heldLease {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.held, leaseKey{key, id})
+	dl := l.dims[d]
+	if dl == nil {
+		return nil
+	}
+	h := dl.held[key][id]
+	if h != nil {
+		delete(dl.held[key], id)
+		if len(dl.held[key]) == 0 {
+			delete(dl.held, key)
+			dl.poke()
+		}
+	}
+	return h
 }
 
-// close stops the renewer and waits for it to exit: the leases still held
+// count returns how many leases of p's key this process holds in Redis
+// (those still to be registered aside), and whether any is still to be.
+func (l *leases) count(p *store.Permit) (n int64, pending bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	dl := l.dims[p.Dim]
+	if dl == nil {
+		return 0, false
+	}
+	for _, h := range dl.held[permitKey(p)] {
+		if h.adopt {
+			pending = true
+		} else {
+			n++
+		}
+	}
+	return n, pending
+}
+
+// close stops the loops and waits for them to exit: the leases still held
 // expire after their lease.
 func (l *leases) close() {
 	l.mu.Lock()
@@ -280,98 +446,233 @@ func (l *leases) close() {
 	l.wg.Wait()
 }
 
-// renewer renews the leases as they fall due, and exits when none is held
-// or on close.
-func (l *leases) renewer(r *backend) {
+// loop serves d's leases and orphans as they fall due, and exits when it has
+// none, or on close.
+func (l *leases) loop(r *backend, d *store.Dim, dl *dimLeases) {
 	defer l.wg.Done()
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
 	for {
 		l.mu.Lock()
-		if l.closed || len(l.held) == 0 {
-			l.running = false
+		if l.closed || len(dl.held) == 0 && len(dl.orphans) == 0 {
+			dl.running = false
+			if !l.closed {
+				delete(l.dims, d)
+			}
 			l.mu.Unlock()
 			return
 		}
 		var next time.Time
-		for _, h := range l.held {
-			if next.IsZero() || h.due.Before(next) {
-				next = h.due
+		for _, o := range dl.orphans {
+			if next.IsZero() || o.due.Before(next) {
+				next = o.due
+			}
+		}
+		for _, ids := range dl.held {
+			for _, h := range ids {
+				if next.IsZero() || h.due.Before(next) {
+					next = h.due
+				}
 			}
 		}
 		l.mu.Unlock()
-		t.Reset(time.Until(next))
-		select {
-		case <-t.C:
-			l.renewDue(r)
-		case <-l.wake:
-		case <-l.ctx.Done():
+		if wait := next.Sub(dl.clock.Now()); wait > 0 {
+			t := dl.clock.NewTimer(wait)
+			select {
+			case <-t.C():
+			case <-dl.wake:
+				t.Stop()
+				continue
+			case <-l.ctx.Done():
+				t.Stop()
+				continue
+			}
 		}
+		l.round(r, dl, "")
 	}
 }
 
-// renewDue renews the leases due, with one call per key (and lease): a lease
-// due within half a period is renewed with them, so that the leases of a key
-// go together whenever they were taken. A lease reported lost is forgotten
-// and counted; after a failed call the leases are tried again when next due.
-func (l *leases) renewDue(r *backend) {
-	type group struct {
-		key   string
-		lease float64
-	}
+// round makes the calls due on dl (only key's with key set): the orphans'
+// releases first, then per key the registrations of the policy's grants
+// (no limit), then the renewals, one call per key and kind; a lease due
+// within half a period is renewed with them, so that the leases of a key go
+// together whenever they were taken. After a call that finds Redis down,
+// nothing more is tried this round: everything due is tried again within
+// retry. A lease Redis no longer had room for is forgotten and counted lost.
+// It returns the first outage met, if any.
+func (l *leases) round(r *backend, dl *dimLeases, only string) error {
+	dl.calls.Lock()
+	defer dl.calls.Unlock()
+	defer l.rounds.Add(1)
 	type batch struct {
-		clock timer.Clock
-		ids   []string
-		held  map[string]*heldLease
+		key    string
+		p      store.Permit
+		adopt  bool
+		ids    []string
+		leases []*heldLease
 	}
-	now := time.Now()
-	due := map[group]*batch{}
 	l.mu.Lock()
-	for k, h := range l.held {
-		p := period(h.lease)
-		if h.due.Sub(now) > p/2 {
-			continue
+	now := dl.clock.Now()
+	var orphans []leaseKey
+	for k, o := range dl.orphans {
+		if !o.due.After(now) && (only == "" || k.key == only) {
+			orphans = append(orphans, k)
 		}
-		h.due = now.Add(p)
-		g := group{k.key, h.lease}
-		b := due[g]
-		if b == nil {
-			b = &batch{clock: h.clock, held: map[string]*heldLease{}}
-			due[g] = b
-		}
-		b.ids = append(b.ids, k.id)
-		b.held[k.id] = h
 	}
-	l.mu.Unlock()
-	for g, b := range due {
-		lost, err := r.renew(l.ctx, g.key, g.lease, b.clock, b.ids)
-		if err != nil {
+	var batches []*batch
+	for key, ids := range dl.held {
+		if only != "" && key != only {
 			continue
+		}
+		var adopt, renew *batch
+		for id, h := range ids {
+			if h.calling || (!h.adopt && h.due.Sub(now) > period(h.p.Lease)/2) || (h.adopt && h.due.After(now) && only == "") {
+				continue
+			}
+			b := &renew
+			if h.adopt {
+				b = &adopt
+			}
+			if *b == nil {
+				*b = &batch{key: key, p: h.p, adopt: h.adopt}
+			}
+			(*b).ids = append((*b).ids, id)
+			(*b).leases = append((*b).leases, h)
+			h.calling = true
+		}
+		for _, b := range []*batch{adopt, renew} {
+			if b != nil {
+				batches = append(batches, b)
+			}
+		}
+	}
+	slices.SortFunc(batches, func(a, b *batch) int { // registrations first
+		if a.adopt != b.adopt {
+			if a.adopt {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	l.mu.Unlock()
+
+	var down error // an outage met: the rest waits for retry
+	for _, k := range orphans {
+		l.mu.Lock()
+		o := dl.orphans[k]
+		l.mu.Unlock()
+		if o == nil {
+			continue
+		}
+		var err error
+		if down == nil {
+			err = r.direct(l.ctx, "release_permit", permitSet(&o.p), func(ctx context.Context) error {
+				return script.PermitRelease.Run(ctx, r.client, []string{k.key, tombKey(k.key)}, k.id, freedChannel(o.p.Dim.Base), "1",
+					r.now(algorithms.Millis(dl.clock.Now())), script.Float(o.p.Lease)).Err()
+			})
+			if err != nil && l.ctx.Err() == nil && (outage(err) || errors.As(err, new(*Error))) {
+				down = err
+			}
 		}
 		l.mu.Lock()
-		for _, id := range lost {
-			k := leaseKey{g.key, id}
-			if h, ok := l.held[k]; ok && h == b.held[id] { // not released, nor taken again, meanwhile
-				delete(l.held, k)
-				l.lost.Add(1)
-			}
+		if down != nil && dl.orphans[k] == o {
+			o.due = dl.clock.Now().Add(retry(o.p.Lease))
+		} else if dl.orphans[k] == o { // answered (a *StateError too: nothing of ours is there)
+			delete(dl.orphans, k)
 		}
 		l.mu.Unlock()
 	}
+	for _, b := range batches {
+		start := dl.clock.Now()
+		var lost []string
+		var err error
+		if down == nil {
+			lost, err = r.renew(l.ctx, b.key, &b.p, b.adopt, start, b.ids)
+		}
+		var adopted []func()
+		l.mu.Lock()
+		for i, id := range b.ids {
+			h := b.leases[i]
+			h.calling = false
+			if dl.held[b.key][id] != h { // released meanwhile
+				continue
+			}
+			switch {
+			case down != nil || err != nil && (outage(err) || errors.As(err, new(*Error))):
+				h.due = start.Add(retry(h.p.Lease))
+			case err != nil: // the key holds foreign data: its *StateError is the takers'; try again a period on
+				h.due = start.Add(period(h.p.Lease))
+			case slices.Contains(lost, id):
+				delete(dl.held[b.key], id)
+				if len(dl.held[b.key]) == 0 {
+					delete(dl.held, b.key)
+					dl.poke()
+				}
+				l.lost.Add(1)
+			default:
+				h.due = start.Add(period(h.p.Lease))
+				if h.adopt {
+					h.adopt = false
+					if h.adopted != nil {
+						adopted = append(adopted, h.adopted)
+					}
+				}
+			}
+		}
+		if down == nil && err != nil && l.ctx.Err() == nil && (outage(err) || errors.As(err, new(*Error))) {
+			down = err
+		}
+		l.mu.Unlock()
+		for _, f := range adopted {
+			f()
+		}
+	}
+	return down
 }
 
-// renew renews the leases ids of lease ms on key (lua.PermitRenew) and
-// returns those lost.
-func (r *backend) renew(ctx context.Context, key string, lease float64, clock timer.Clock, ids []string) ([]string, error) {
-	args := make([]any, 0, 2+len(ids))
-	args = append(args, r.now(algorithms.Millis(clock.Now())), script.Float(lease))
+// adoptNow registers at once, in the caller's call, the failure policy's
+// grants on p's key still to be registered, so that none is granted again
+// before they are counted (the handoff back to Redis); a registration the
+// loop has on its way is waited for (one round at a time). An error is the
+// outage that kept them from Redis.
+func (l *leases) adoptNow(r *backend, p *store.Permit) error {
+	l.mu.Lock()
+	dl := l.dims[p.Dim]
+	l.mu.Unlock()
+	if dl == nil {
+		return nil
+	}
+	return l.round(r, dl, permitKey(p))
+}
+
+// direct is do for the loop's calls: it goes to Redis even while Redis is
+// judged down (it is a probe of its own, at most one per dimension every
+// retry), so that a lease is renewed as soon as Redis answers again, not
+// when the health tracker next tries it; its answer judges Redis up for
+// every caller.
+func (r *backend) direct(ctx context.Context, op string, ks store.KeySet, f func(context.Context) error) error {
+	if err := r.call(ctx, true, f); err != nil {
+		return r.fail(ctx, op, ks, nil, err)
+	}
+	return nil
+}
+
+// renew renews the leases ids of p's key from now (lua.PermitRenew): it
+// adds back those Redis no longer holds while it has room (all of them with
+// adopt), and returns those it had no room for.
+func (r *backend) renew(ctx context.Context, key string, p *store.Permit, adopt bool, now time.Time, ids []string) ([]string, error) {
+	limit := strconv.FormatInt(p.Limit, 10)
+	if adopt {
+		limit = ""
+	}
+	args := make([]any, 0, 3+len(ids))
+	args = append(args, r.now(algorithms.Millis(now)), script.Float(p.Lease), limit)
 	for _, id := range ids {
 		args = append(args, id)
 	}
 	var lost []string
-	err := r.run(ctx, "renew_permit", store.KeySet{}, func(ctx context.Context) error {
+	err := r.direct(ctx, "renew_permit", permitSet(p), func(ctx context.Context) error {
 		var err error
-		lost, err = script.PermitRenew.Run(ctx, r.client, []string{key}, args...).StringSlice()
+		lost, err = script.PermitRenew.Run(ctx, r.client, []string{key, tombKey(key)}, args...).StringSlice()
 		return err
 	})
 	if err != nil { // f may still run (see call): do not read lost

@@ -232,7 +232,7 @@ func TestRedisPermitLeaseExpiresAfterItsLeaseNotBefore(t *testing.T) {
 	_, b := permitStore(t, c, WithClientClock())
 	p := permitOf("tk:expiry:", "", "k", 1, time.Second, clock)
 	// "old" was taken at t0 by a process that died: nobody renews it.
-	if err := script.PermitTake.Run(bg, c, []string{permitKey(p)}, script.Float(t0), 1, "1000", "old").Err(); err != nil {
+	if err := script.PermitTake.Run(bg, c, []string{permitKey(p), tombKey(permitKey(p))}, script.Float(t0), 1, "1000", "old").Err(); err != nil {
 		t.Fatal(err)
 	}
 	tk := mustTake(t, b, p, "new", t0+999.999)
@@ -353,55 +353,84 @@ func TestRedisPermitRenewalKeepsALeaseAlive(t *testing.T) {
 	waitRenewerGone(t, sr)
 }
 
-// renewNow makes every lease s holds due and runs the renewer's round
-// (the renewer runs on real time; this runs it at the test's instant).
-func renewNow(s *Store) {
+// renewNow makes every lease s holds due and runs each dimension's round
+// at the test's instant (the loops run on their clocks; this runs a round
+// now), and returns the first outage it met.
+func renewNow(s *Store) error {
 	l := &s.r.permits.leases
 	l.mu.Lock()
-	for _, h := range l.held {
-		h.due = time.Now()
+	var dls []*dimLeases
+	for _, dl := range l.dims {
+		for _, ids := range dl.held {
+			for _, h := range ids {
+				h.due = dl.clock.Now()
+			}
+		}
+		dls = append(dls, dl)
 	}
 	l.mu.Unlock()
-	l.renewDue(s.r)
+	var first error
+	for _, dl := range dls {
+		if err := l.round(s.r, dl, ""); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
-// waitRenewerGone waits (at most 2 s) for s's renewer to exit.
+// waitRenewerGone waits (at most 2 s) for s's loops to exit.
 func waitRenewerGone(t *testing.T, s *Store) {
 	t.Helper()
 	l := &s.r.permits.leases
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		l.mu.Lock()
-		running, held := l.running, len(l.held)
+		n := len(l.dims)
 		l.mu.Unlock()
-		if !running && held == 0 {
+		if n == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the renewer still runs (%d leases held)", held)
+			t.Fatalf("the renewer still runs (%d dimensions with leases)", n)
 		}
 	}
 }
 
 // A lease that expired before its process renewed it (the process stalled
-// past its lease: here its clock jumps 1 s, a 300 ms lease) is reported
+// past its lease: here its clock jumps 1 s, a 300 ms lease) is added back
+// by its renewal while the key has room: its request is still open, and
+// nobody else holds the permit. Once another process was granted the
+// permit meanwhile, the renewal finds the key full: the lease is reported
 // lost, counted in LeasesLost, and no longer renewed.
 func TestRedisPermitLeasesLostAreCounted(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
 	clock := timer.NewFake(epoch)
-	s, b := permitStore(t, c, WithClientClock())
+	s, a := permitStore(t, c, WithClientClock())
+	_, b := permitStore(t, c, WithClientClock())
+	now := func() float64 { return algorithms.Millis(clock.Now()) }
 	p := permitOf("tk:lost:", "", "k", 1, 300*time.Millisecond, clock)
-	if tk := mustTake(t, b, p, "stalled", algorithms.Millis(clock.Now())); !tk.OK {
+	if tk := mustTake(t, a, p, "stalled", now()); !tk.OK {
 		t.Fatal(tk)
 	}
 	clock.Jump(time.Second)
-	for deadline := time.Now().Add(2 * time.Second); s.LeasesLost() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a lease that expired before its renewal was not reported lost")
-		}
+	if err := renewNow(s); err != nil {
+		t.Fatal(err)
 	}
-	if lost := s.LeasesLost(); lost != 1 {
-		t.Fatalf("%d leases lost, want 1", lost)
+	if s.LeasesLost() != 0 || !slices.Equal(members(t, c, p), []string{"stalled"}) {
+		t.Fatalf("a stalled holder's renewal with the key free: %d lost, %v held; want its lease added back", s.LeasesLost(), members(t, c, p))
+	}
+	if tk := mustTake(t, b, p, "other", now()); tk.OK {
+		t.Fatalf("a take after the lease was added back: %+v, want refused", tk)
+	}
+	clock.Jump(time.Second)
+	if tk := mustTake(t, b, p, "other", now()); !tk.OK {
+		t.Fatalf("a take past the lease of a holder that stalled again: %+v, want OK", tk)
+	}
+	if err := renewNow(s); err != nil {
+		t.Fatal(err)
+	}
+	if lost := s.LeasesLost(); lost != 1 || !slices.Equal(members(t, c, p), []string{"other"}) {
+		t.Fatalf("%d leases lost, %v held; want the stalled lease lost, the other held", lost, members(t, c, p))
 	}
 	waitRenewerGone(t, s)
 }
@@ -456,7 +485,7 @@ func TestRedisPermitFailurePolicies(t *testing.T) {
 	// FailOpen: Open leases, nothing counted, no shared figure.
 	for i := range 10 {
 		tk := mustTake(t, open, p, fmt.Sprint("o", i), 0)
-		if !tk.OK || !tk.Lease.Open || tk.Lease.Local || tk.InUse != 0 || tk.Lease.ID != fmt.Sprint("o", i) {
+		if !tk.OK || !tk.Lease.Open || tk.Lease.Local || tk.InUse != 0 || tk.Lease.ID != fmt.Sprint("o", i, "/p") {
 			t.Fatalf("FailOpen take %d: %+v, want an Open lease", i, tk)
 		}
 		mustRelease(t, open, p, tk.Lease)
@@ -469,20 +498,33 @@ func TestRedisPermitFailurePolicies(t *testing.T) {
 		t.Fatalf("FailOpen counted %d degraded operations, want at least 11", openS.Degraded())
 	}
 
-	// FailLocal(0.5) of 4: 2 local permits, whose releases reach the waiters.
+	// FailLocal(0.5) of 4: 2 permits for this process on both sides
+	// together; it holds one in Redis, so 1 local. Its releases reach the
+	// waiters, and so does the release of its Redis lease, which frees its
+	// share (Redis gets that release when it answers again).
 	var leases []store.Lease
-	for i := range 2 {
-		tk := mustTake(t, local, p, fmt.Sprint("l", i), 0)
-		if !tk.OK || !tk.Lease.Local || tk.Lease.Open || tk.InUse != int64(i+1) {
-			t.Fatalf("FailLocal take %d: %+v, want a Local lease, %d in use", i, tk, i+1)
-		}
-		leases = append(leases, tk.Lease)
+	tk := mustTake(t, local, p, "l0", 0)
+	if !tk.OK || !tk.Lease.Local || tk.Lease.Open || tk.InUse != 2 {
+		t.Fatalf("FailLocal take 0: %+v, want a Local lease, 2 in use (its Redis lease counted)", tk)
 	}
-	if tk := mustTake(t, local, p, "l2", 0); tk.OK || tk.InUse != 2 {
-		t.Fatalf("FailLocal(0.5) of 4, third take: %+v, want refused with 2 in use", tk)
+	leases = append(leases, tk.Lease)
+	if tk := mustTake(t, local, p, "l1", 0); tk.OK || tk.InUse != 2 {
+		t.Fatalf("FailLocal(0.5) of 4, second take: %+v, want refused with 2 in use", tk)
 	}
 	if n := inUse(t, local, p, 0); n != 2 {
-		t.Fatalf("FailLocal count: %d, want the twin's 2", n)
+		t.Fatalf("FailLocal count: %d, want the twin's 1 and its Redis lease", n)
+	}
+	mustRelease(t, local, p, redisLease[local])
+	if !noticed(ch, 2*time.Second) {
+		t.Fatal("FailLocal: the release of a Redis lease during the outage did not reach the waiter")
+	}
+	if n := inUse(t, local, p, 0); n != 1 {
+		t.Fatalf("FailLocal count after its Redis lease's release: %d, want 1", n)
+	}
+	if tk := mustTake(t, local, p, "l1", 0); !tk.OK || !tk.Lease.Local || tk.InUse != 2 {
+		t.Fatalf("FailLocal take after its Redis lease's release: %+v, want a Local lease, 2 in use", tk)
+	} else {
+		leases = append(leases, tk.Lease)
 	}
 	mustRelease(t, local, p, leases[0])
 	if !noticed(ch, 2*time.Second) {
@@ -490,10 +532,6 @@ func TestRedisPermitFailurePolicies(t *testing.T) {
 	}
 	if n := inUse(t, local, p, 0); n != 1 {
 		t.Fatalf("FailLocal count after a release: %d, want 1", n)
-	}
-	mustRelease(t, local, p, redisLease[local]) // a Redis lease: dropped, not the twin's
-	if n := inUse(t, local, p, 0); n != 1 {
-		t.Fatalf("FailLocal count after a Redis lease's release: %d, want 1", n)
 	}
 	if localS.Degraded() == 0 {
 		t.Fatal("FailLocal counted no degraded operation")
@@ -516,9 +554,18 @@ func TestRedisPermitFailurePolicies(t *testing.T) {
 			t.Fatalf("Redis is back but FailLocal still answers: %+v %v", tk, err)
 		}
 	}
-	mustRelease(t, local, p, leases[1]) // a local lease goes back to the twin, not Redis
-	if n := inUse(t, local, p, 0); n != 1 {
-		t.Fatalf("Redis holds %d leases, want the one taken since it came back", n)
+	// The local leases still open (this store's l1, and t0 of the
+	// FailLocal(0.1) store, registered by its own loop once Redis
+	// answered) were registered in Redis before "back" was granted; a
+	// release goes to the twin and to Redis.
+	for deadline := time.Now().Add(5 * time.Second); !slices.Equal(members(t, srv.Client(), p), []string{"back", "l1/p", "t0/p"}); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis holds %v, want the local leases still open and the one taken since it came back", members(t, srv.Client(), p))
+		}
+	}
+	mustRelease(t, local, p, leases[1])
+	if n := inUse(t, local, p, 0); n != 2 {
+		t.Fatalf("Redis holds %d leases, want the one taken since it came back and t0", n)
 	}
 }
 
@@ -549,7 +596,7 @@ func TestRedisPermitForeignDataIsRefused(t *testing.T) {
 		for _, p := range []*store.Permit{str, zset} {
 			_, err := b.TakePermit(bg, p, "x", 0)
 			check("take", p, err)
-			if _, err := s.r.renew(bg, permitKey(p), p.Lease, timer.Real(), []string{"forever"}); !errors.Is(err, store.ErrInvalidState) {
+			if _, err := s.r.renew(bg, permitKey(p), p, false, time.Now(), []string{"forever"}); !errors.Is(err, store.ErrInvalidState) {
 				t.Fatalf("%v: renew on %q: %v, want a *StateError", policy, p.Key, err)
 			}
 		}
@@ -590,9 +637,10 @@ func TestRedisPermitsLeaveNoGoroutineAfterClose(t *testing.T) {
 		}
 		stop()
 		stop2()
-		// After Close: no renewer starts, no subscription is made.
-		if tk := mustTake(t, b, p, "after-close", 0); tk.OK {
-			t.Fatalf("%v: %+v, want refused (the lease held is not released by Close)", policy, tk)
+		// After Close: no renewer starts, no subscription is made, and a
+		// take is refused with ErrClosed (nothing would renew its lease).
+		if tk, err := b.TakePermit(bg, p, "after-close", 0); !errors.Is(err, ErrClosed) || !errors.Is(err, store.ErrUnavailable) || tk.OK {
+			t.Fatalf("%v: %+v %v, want an *Error matching ErrClosed", policy, tk, err)
 		}
 		b.Freed(p, make(chan struct{}, 1))()
 		if err := s.Close(); err != nil { // twice: nothing more
@@ -603,4 +651,71 @@ func TestRedisPermitsLeaveNoGoroutineAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	goleak.VerifyNone(t, before)
+}
+
+// The margin exactly, on the fake clock (the scripts on the client's clock,
+// the renewal loop on the same clock): 1.5 s leases renewed every 300 ms,
+// retried every 50 ms. A holds 2 of 2 and is cut off from Redis (its
+// connections reset) at the worst instant, 1 ms before a renewal is due
+// (1.2 s of lease left), for 1.1 s, just under the margin (lease - period
+// - retry): its renewal once Redis answers lands in time and B is refused.
+// Cut off past its lease (a process stalled, or cut off, past its lease:
+// the documented exception), its leases expire, B is granted them, and A
+// counts them lost when it is back.
+func TestRedisLeaseMarginOnTheFakeClock(t *testing.T) {
+	t.Parallel()
+	srv, _ := redisClient(t)
+	for _, c := range []struct {
+		cutFor time.Duration
+		kept   bool
+	}{{1100 * time.Millisecond, true}, {1300 * time.Millisecond, false}} {
+		clock := timer.NewFake(epoch)
+		now := func() float64 { return algorithms.Millis(clock.Now()) }
+		cut := &cutter{resets: true}
+		sa := New(srv.Client(faultClient, func(o *redis.Options) { o.Dialer = cut.dial }), WithClientClock(), WithTimeout(100*time.Millisecond))
+		t.Cleanup(func() { _ = sa.Close() })
+		a := store.Of(sa)
+		_, b := permitStore(t, srv.Client(), WithClientClock())
+		p := permitOf(fmt.Sprintf("tk:margin%v:", c.cutFor), "calls", "k", 2, 1500*time.Millisecond, clock)
+		for _, id := range []string{"a0", "a1"} {
+			if tk := mustTake(t, a, p, id, now()); !tk.OK {
+				t.Fatal(tk)
+			}
+		}
+		l := &sa.r.permits.leases
+		step := func(d time.Duration) { // advance d, and wait for the loop's round that falls due
+			before := l.rounds.Load()
+			clock.Advance(d)
+			for deadline := time.Now().Add(5 * time.Second); l.rounds.Load() == before; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no renewal round after advancing %v: a failed renewal is not tried again within a retry (50 ms)", d)
+				}
+			}
+		}
+		clock.Advance(299 * time.Millisecond) // 1 ms before the first renewal is due
+		cut.cut(time.Hour)
+		step(time.Millisecond) // the renewal fails
+		for elapsed := time.Millisecond; elapsed < c.cutFor; elapsed += 50 * time.Millisecond {
+			step(50 * time.Millisecond) // each retry fails
+		}
+		if !c.kept { // past the lease: B is granted A's permits
+			for _, id := range []string{"b0", "b1"} {
+				if tk := mustTake(t, b, p, id, now()); !tk.OK {
+					t.Fatalf("%v past A's lease: B's take %+v, want granted (the exception)", clock.Now().Sub(epoch), tk)
+				}
+			}
+		}
+		cut.cut(0) // healed
+		step(50 * time.Millisecond)
+		if !c.kept {
+			if lost := sa.LeasesLost(); lost != 2 {
+				t.Fatalf("cut off past its lease: A counts %d lost, want 2", lost)
+			}
+			continue
+		}
+		if tk := mustTake(t, b, p, "b", now()); tk.OK || sa.LeasesLost() != 0 {
+			t.Fatalf("cut off for %v (under the margin), renewed at %v: B's take %+v, A lost %d; want refused, none lost",
+				c.cutFor, clock.Now().Sub(epoch), tk, sa.LeasesLost())
+		}
+	}
 }

@@ -18,7 +18,8 @@ type keyTuple struct {
 // keyKind is a kind of key: a state key, a pause key, an in-flight key
 // (permitKey), a key the scripts derive from a state key (derivedSuffixes),
 // a key's fair turns (fairKey) or its learned record (learnedKey): the
-// shaper's, not a dimension's, so their tuples have no name.
+// shaper's, not a dimension's, so their tuples have no name; or an
+// in-flight key's tombstones (tombKey).
 type keyKind uint8
 
 const (
@@ -27,7 +28,8 @@ const (
 	inFlightKind
 	fairKind    = inFlightKind + 1 + keyKind(len(derivedSuffixes))
 	learnedKind = fairKind + 1
-	kinds       = learnedKind + 1
+	tombKind    = learnedKind + 1 // an in-flight key's tombstones (tombKey)
+	kinds       = tombKind + 1
 )
 
 func (k keyTuple) redisKey() string {
@@ -39,6 +41,8 @@ func (k keyTuple) redisKey() string {
 	switch k.kind {
 	case inFlightKind:
 		return permitKey(&store.Permit{Dim: d, Key: k.key, Slot: tag})
+	case tombKind:
+		return tombKey(permitKey(&store.Permit{Dim: d, Key: k.key, Slot: tag}))
 	case fairKind:
 		return fairKey(&store.Turns{Base: k.base, Key: k.key, Slot: k.tag})
 	case learnedKind:
@@ -90,6 +94,10 @@ func FuzzRedisKeysAreInjective(f *testing.F) {
 		f.Add("tk:n:", "", a, b, uint8(learnedKind), "tk:n:", "", a, b, uint8(fairKind))
 		f.Add("tk:n:", "", a, ":a:"+b, uint8(stateKind), "tk:n:", "", a, b, uint8(learnedKind))
 		f.Add("tk:n:", "a", a, b, uint8(stateKind), "tk:n:", "", a, b, uint8(learnedKind))
+		f.Add("tk:n:", "user", a, b, uint8(tombKind), "tk:n:", "user", a, b+":f", uint8(inFlightKind))
+		f.Add("tk:n:", "", a, a, uint8(tombKind), "tk:n:", "", a+":t", a+":t", uint8(inFlightKind))
+		f.Add("tk:n:", "", a, a+":f", uint8(tombKind), "tk:n:", "", a, a, uint8(stateKind))
+		f.Add("tk:n:", "t", a, b, uint8(inFlightKind), "tk:n:", "", a, b, uint8(tombKind))
 	}
 	f.Fuzz(func(t *testing.T, base1, name1, tag1, key1 string, kind1 uint8, base2, name2, tag2, key2 string, kind2 uint8) {
 		a := keyTuple{base1, name1, tag1, key1, keyKind(kind1) % kinds}

@@ -156,7 +156,9 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 
 // Close stops renewing the in-flight leases this store holds (each then
 // expires after its lease), its subscription to release notices, and
-// FailLocal's in-memory store; no goroutine of the store outlives it. The
+// FailLocal's in-memory store; no goroutine of the store outlives it. After
+// it, an in-flight take is refused with an *Error matching ErrClosed (its
+// lease would never be renewed); the rest of the store still works. The
 // caller owns and closes the client.
 func (s *Store) Close() error {
 	s.r.closePermits()
@@ -175,10 +177,12 @@ func (s *Store) Degraded() uint64 {
 }
 
 // LeasesLost returns how many in-flight leases this process held that
-// expired before it renewed them (a stall longer than the lease, or Redis
-// out of reach for that long): another process may have been granted the
-// permit meanwhile, so the limit may have been exceeded while the request
-// ran.
+// Redis no longer had room for when it renewed them: the lease expired (a
+// stall of this process, or Redis out of its reach, for most of the lease)
+// or Redis lost it (a restart without persistence, a failover to a replica
+// that lacked it), and another process was granted the permit before the
+// renewal added it back. The limit may have been exceeded while that
+// request ran.
 func (s *Store) LeasesLost() uint64 { return s.r.permits.leases.lost.Load() }
 
 // Error reports Redis failing under FailClosed or, under every policy, a

@@ -22,7 +22,7 @@ import (
 const DefaultLease = 10 * time.Second
 
 // MinLease is the shortest Dimension.Lease accepted: a Redis store renews
-// the leases its process holds every third of a lease.
+// the leases its process holds every fifth of a lease.
 const MinLease = 100 * time.Millisecond
 
 // DefaultMaxWaiting is how many requests may wait for a permit of one key
@@ -261,18 +261,14 @@ func (s *Shaper) awaitRelease(ctx context.Context, rm *room, expiry float64) err
 	return nil
 }
 
-// takeOnce asks the store for a permit once.
+// takeOnce asks the store for a permit once. A take that fails holds
+// nothing: a store whose call may have taken the lease before it failed (a
+// deadline, a timeout, an outage) gives it back itself, in order after the
+// take (store.Permits).
 func (s *Shaper) takeOnce(ctx context.Context, p *store.Permit, id string) (store.Taken, error) {
 	st := startStore(ctx)
 	t, err := s.store.TakePermit(ctx, p, id, algorithms.Millis(s.cfg.clock.Now()))
 	st.done("take_permit", err)
-	if err != nil {
-		// The call may have reached the store and taken the lease before
-		// it failed (ctx ended while the script ran): give the id back, or
-		// it would be held, renewed by nobody, until its lease expires.
-		// A release of an id not held does nothing.
-		_ = s.store.ReleasePermit(context.WithoutCancel(ctx), p, store.Lease{ID: id})
-	}
 	return t, err
 }
 

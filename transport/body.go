@@ -18,6 +18,7 @@ type body struct {
 	rc       io.ReadCloser
 	res      *shaper.Reservation
 	ctx      context.Context // the request's, without its cancellation
+	finish   func()          // the call is over (see Transport.send)
 	released atomic.Bool
 }
 
@@ -27,8 +28,8 @@ type body struct {
 // io.ReadWriteCloser that net/http and httputil.ReverseProxy expect of the
 // upgraded connection, with its CloseWrite. It has no others, as
 // otelhttp's bodies, so that nothing reads around it.
-func releasing(rc io.ReadCloser, res *shaper.Reservation, ctx context.Context) io.ReadCloser {
-	b := &body{rc: rc, res: res, ctx: context.WithoutCancel(ctx)}
+func releasing(rc io.ReadCloser, res *shaper.Reservation, ctx context.Context, finish func()) io.ReadCloser {
+	b := &body{rc: rc, res: res, ctx: context.WithoutCancel(ctx), finish: finish}
 	_, wt := rc.(io.WriterTo)
 	_, rw := rc.(io.ReadWriteCloser)
 	switch {
@@ -44,7 +45,8 @@ func releasing(rc io.ReadCloser, res *shaper.Reservation, ctx context.Context) i
 
 func (b *body) release() {
 	if b.released.CompareAndSwap(false, true) {
-		_ = b.res.Release(b.ctx) // an error: the store heard nothing; a lease expires (Dimension.Lease)
+		b.finish()
+		_ = b.res.Release(b.ctx) // an error: the store heard nothing; it retries until it does, or the lease expires
 	}
 }
 

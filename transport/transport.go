@@ -36,8 +36,9 @@ type Transport struct {
 	feedback bool
 	maxPause time.Duration
 	margin   time.Duration
-	spaced   sync.Map     // key -> unix ns: when its margin is due for renewal
-	nspaced  atomic.Int64 // entries added to spaced since its last sweep
+	abandon  time.Duration // WithAbandonGrace (inflight.go)
+	spaced   sync.Map      // key -> unix ns: when its margin is due for renewal
+	nspaced  atomic.Int64  // entries added to spaced since its last sweep
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -149,6 +150,7 @@ func New(r shaper.Reserver, opts ...Option) *Transport {
 		feedback: true,
 		maxPause: DefaultMaxPause,
 		margin:   DefaultSpacingMargin,
+		abandon:  DefaultAbandonGrace,
 	}
 	for _, o := range opts {
 		o(t)
@@ -212,7 +214,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 	}
-	resp, err := t.baseRT().RoundTrip(req)
+	resp, finish, err := t.send(req, holds && res != nil && *res != (shaper.Reservation{}), res, &handed)
 	if err != nil {
 		return resp, err
 	}
@@ -227,8 +229,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.learn(ctx, key, resp, departed)
 	}
 	if holds && res != nil && *res != (shaper.Reservation{}) && resp.Body != nil && resp.Body != http.NoBody {
-		resp.Body = releasing(resp.Body, res, ctx)
+		resp.Body = releasing(resp.Body, res, ctx, finish)
 		handed = true
+	} else {
+		finish()
 	}
 	return resp, nil
 }

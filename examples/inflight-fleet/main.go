@@ -26,8 +26,8 @@
 // With -kill k, a victim process first takes k of the n permits, calls the
 // partner with each and is killed (SIGKILL) mid-call, holding them: its
 // leases are no longer renewed, and the permits come back when they expire,
-// between 2/3 of the lease and the lease after the kill (the leases are
-// renewed every third of one), never before. The parent measures when the
+// between 4/5 of the lease and the lease after the kill (the leases are
+// renewed every fifth of one), never before. The parent measures when the
 // surviving processes first hold more than n - k permits.
 //
 //	go run ./examples/inflight-fleet
@@ -79,10 +79,10 @@ const key = "partner"
 // other processes are then all waiting for the permits it holds.
 const killAfter = 250 * time.Millisecond
 
-// recoveryTolerance is how much earlier than 2/3 of the lease after the
+// recoveryTolerance is how much earlier than 4/5 of the lease after the
 // kill a freed permit may be seen again. The kill's instant is read just
-// before the signal, so the victim's last renewal ran at most a third of a
-// lease before it and its leases expire from 2/3 of a lease after it, on
+// before the signal, so the victim's last renewal ran at most a fifth of a
+// lease before it and its leases expire from 4/5 of a lease after it, on
 // Redis TIME (the same host clock): the tolerance covers a renewal the
 // victim sent just before it died, and clock granularity.
 const recoveryTolerance = 25 * time.Millisecond
@@ -688,7 +688,7 @@ func measure(w io.Writer, c config) (Result, error) {
 		res.Throughput, c.warmup, 100*res.Throughput/res.Expected, c.rate, c.inflight, c.call, res.Expected, binds)
 	if v != nil {
 		res.Recovery = recovery(reps, killed, c.inflight-c.kill)
-		rep("the victim's permits came back %v after the kill (lease %v: expected from %v to %v)", res.Recovery, c.lease, c.lease*2/3, c.lease)
+		rep("the victim's permits came back %v after the kill (lease %v: expected from %v to %v)", res.Recovery, c.lease, c.lease*4/5, c.lease)
 	}
 	if res.HeldAfter > 0 {
 		rep("permits held once the processes had exited: %d (taken as a process exited; unrenewed, they expire), none %v later",
@@ -719,7 +719,7 @@ func measure(w io.Writer, c config) (Result, error) {
 		switch {
 		case res.Recovery < 0:
 			return res, errors.New("the victim's permits never came back")
-		case res.Recovery < c.lease*2/3-recoveryTolerance:
+		case res.Recovery < c.lease*4/5-recoveryTolerance:
 			return res, fmt.Errorf("a permit of the killed victim came back %v after the kill, before its lease (%v) could have expired", res.Recovery, c.lease)
 		case res.Recovery > c.lease+time.Second:
 			return res, fmt.Errorf("the killed victim's permits came back only %v after the kill (lease %v)", res.Recovery, c.lease)

@@ -56,10 +56,11 @@ var (
 	// PermitTake takes one lease of an in-flight key (now, limit, lease ms
 	// and id; ParseTake).
 	PermitTake = redis.NewScript(lua.Lib + lua.PermitTake)
-	// PermitRelease gives back one lease and announces it (id, channel);
-	// it replies how many it removed.
+	// PermitRelease gives back one lease and announces it (id, channel,
+	// tombstone flag, now, lease ms); it replies how many it removed.
 	PermitRelease = redis.NewScript(lua.Lib + lua.PermitRelease)
-	// PermitRenew extends the leases still held (now, lease ms, ids); it
+	// PermitRenew extends the leases a process holds, adding back those
+	// lost while there is room (now, lease ms, limit or "", ids); it
 	// replies with the ids lost.
 	PermitRenew = redis.NewScript(lua.Lib + lua.PermitRenew)
 	// PermitCount reads how many leases an in-flight key holds (now); it

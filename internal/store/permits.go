@@ -41,10 +41,18 @@ type Permits interface {
 	// TakePermit takes one lease with id on p's key if fewer than p.Limit
 	// are held, at now (ms on the shaper's clock; a remote store reads its
 	// own). A lease held past its expiry is dropped first, never before.
+	// A take that returns an error holds nothing: a store whose call may
+	// have taken the lease before it failed (the caller's deadline, a
+	// timeout, an outage) gives it back itself, ordered after the take
+	// whatever order its calls arrive in, as soon as it can be heard. A
+	// store that can no longer keep a lease (a closed Redis store, which
+	// would not renew it) refuses with an error.
 	TakePermit(ctx context.Context, p *Permit, id string, now float64) (Taken, error)
 	// ReleasePermit gives back the lease l, if p's key still holds it: a
 	// lease that expired and was granted again under another id is never
-	// released by its old holder. Releasing twice does nothing.
+	// released by its old holder. Releasing twice does nothing. A release
+	// that fails is retried by the store until it is heard (or the lease
+	// expires).
 	ReleasePermit(ctx context.Context, p *Permit, l Lease) error
 	// PermitsInUse reads how many leases p's key holds, expired ones aside.
 	PermitsInUse(ctx context.Context, p *Permit, now float64) (int64, error)
