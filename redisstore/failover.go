@@ -301,12 +301,13 @@ func (f *failover) PermitsInUse(ctx context.Context, p *store.Permit, now float6
 // this process's flows, and under the other policies the outage is
 // reported (the shaper then serves its flows in its own order, and each
 // reservation meets the policy).
-func (f *failover) Turn(ctx context.Context, t *store.Turns, p fair.Params, cands []fair.Cand) (fair.Reply, error) {
-	reply, err := f.redis.Turn(ctx, t, p, cands)
+func (f *failover) Turn(ctx context.Context, t *store.Turns, p fair.Params, ups []fair.Update) (fair.Reply, error) {
+	reply, err := f.redis.Turn(ctx, t, p, ups)
 	if !outage(err) || f.local == nil {
 		return reply, err
 	}
-	return f.twins.Turn(ctx, t, p, cands)
+	f.degrade(ctx, "fair_turn")
+	return f.twins.Turn(ctx, t, p, ups)
 }
 
 // Freed registers ch with Redis and, under FailLocal, with the twin, so
