@@ -17,10 +17,11 @@
 --     V, by Fhi, member enc(Flo) .. id.
 -- A call that finds nobody waiting starts the key over; a call after which
 -- nobody waits deletes it. Data the script did not write (H of another
--- type, or a hash without 'm'): refused, untouched. Its own data corrupt
--- (a value that does not parse, an owner waiting past the bound, orders
--- that disagree): the keys are deleted, so that the next call starts over,
--- and the call is refused.
+-- type, or a hash without 'm' that is not the older layout): refused,
+-- untouched. Its own data corrupt (a value that does not parse, an owner
+-- waiting past the bound, orders that disagree, the older layout): the
+-- keys are deleted, so that the next call starts over, and the call is
+-- refused.
 -- ARGV[1]: now in ms ('' for TIME); ARGV[2]: the TTL ms; ARGV[3]: MaxRun;
 --   ARGV[4]: the caller (owner); ARGV[5]: '1' fresh; ARGV[6]: '1' hold;
 --   then per update 5 values: name, class, weight, cost, and 'w'
@@ -39,7 +40,20 @@ if typ ~= 'none' and typ ~= 'hash' then return refuse(1, 'fair key holds a value
 local meta = false
 if typ == 'hash' then
   meta = redis.call('HGET', H, 'm')
-  if not meta then return refuse(1, 'fair key holds a hash the library did not write') end
+  if not meta then
+    -- The layout before this one ('v', 'n', 'r', 'f' .. name: every field
+    -- read and rewritten by each call) is the library's own: deleted and
+    -- refused once, as corrupt data is. Any other hash is not ours.
+    local all = redis.call('HGETALL', H)
+    for i = 1, #all, 2 do
+      local k = all[i]
+      if k ~= 'v' and k ~= 'n' and k ~= 'r' and string.sub(k, 1, 1) ~= 'f' then
+        return refuse(1, 'fair key holds a hash the library did not write')
+      end
+    end
+    redis.call('DEL', H)
+    return refuse(1, 'fair key held the turns of an older version')
+  end
 end
 local O, C, K = H .. ':o', H .. ':c', H .. ':k'
 local function W(w) return H .. ':w:' .. w end

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"strings"
 
 	"github.com/throttlekit/throttlekit-go/internal/fair"
 	"github.com/throttlekit/throttlekit-go/internal/script"
@@ -39,6 +41,10 @@ func (r *backend) Turn(ctx context.Context, t *store.Turns, p fair.Params, ups [
 		})
 	})
 	if err != nil { // f may still run (see call): do not read v
+		var se *StateError
+		if errors.As(err, &se) && se.Key == "" { // name the user's key, as the other keys do
+			se.Key, se.Reason = t.Key, strings.TrimPrefix(se.Reason, "TKSTATE 0 ")
+		}
 		return fair.Reply{}, err
 	}
 	reply, err := script.ParseTurn(v)

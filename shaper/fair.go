@@ -146,11 +146,9 @@ func (f *Flow) check() error {
 // dispatcher keeps asking a slot ahead.
 const contention = 10 * time.Second
 
-// turnRefresh is how often a process waiting on a key tells the store it
-// still waits when it has nothing else to say (a slot held far ahead, or
-// another process's flow has the turn): well within fair.MaxTTL, the
-// longest its registrations live without a call.
-const turnRefresh = fair.MaxTTL * time.Millisecond / 3
+// maxTurnTTL is fair.MaxTTL: the longest a process's registrations live
+// in the store without a call.
+const maxTurnTTL = fair.MaxTTL * time.Millisecond
 
 // fairRooms holds, per key, the requests of this process waiting for
 // their flow's turn.
@@ -211,7 +209,7 @@ type fairRoom struct {
 	v         float64       // V, as the store last said
 	lead      time.Time     // the last slot the dispatcher reserved
 	contended time.Time     // when a turn last went to another process's flow
-	asked     time.Time     // when the room last called the store
+	refresh   time.Time     // when the room calls the store at the latest, to keep its registrations
 	arrivals  uint64        // orders the requests
 	calls     uint64        // numbers the calls to the store
 	dirty     []*flowQueue  // flows whose registration the store has not heard, in order
@@ -612,7 +610,7 @@ func (s *Shaper) turnAlone(ctx context.Context, rm *fairRoom, f Flow, w *fairWai
 	rm.calls++
 	fr.mu.Unlock()
 	up := fair.Update{Name: f.Name, Priority: int(f.Priority), Weight: f.Weight, Cost: float64(w.cost), Last: true}
-	reply, err := s.ask(rm, t, []fair.Update{up}, now, max(8*w.span, 200*time.Millisecond), false) // returns holding fr.mu
+	reply, err := s.ask(rm, t, []fair.Update{up}, now, min(max(8*w.span, 200*time.Millisecond), maxTurnTTL), false) // returns holding fr.mu
 	if err != nil {                                                                                // the key's turns hold data the store cannot use
 		if rm.waiting > 0 || len(rm.leaving) > 0 { // others came meanwhile
 			fr.mu.Unlock()
@@ -792,23 +790,23 @@ func (s *Shaper) dispatch(rm *fairRoom) {
 		}
 		hold := false
 		if wake := rm.lead.Add(-ahead); wake.After(now) { // the slot held has not come
-			refresh := rm.asked.Add(turnRefresh)
-			if !refresh.Before(wake) {
+			if !rm.refresh.Before(wake) {
 				fr.mu.Unlock()
 				s.pauseDispatch(rm, wake)
 				continue
 			}
-			if refresh.After(now) { // it waits long: its registrations are kept alive meanwhile
+			if rm.refresh.After(now) { // it waits long: its registrations are kept alive meanwhile
 				fr.mu.Unlock()
-				s.pauseDispatch(rm, refresh)
+				s.pauseDispatch(rm, rm.refresh)
 				continue
 			}
 			hold = true
 		}
 		ups := rm.updates()
 		// The flows count as waiting in the store until this process asks
-		// again: after its slot ahead, or half a slot when refused.
-		ttl := min(max(8*span, rm.lead.Sub(now)+4*span, 200*time.Millisecond), fair.MaxTTL*time.Millisecond)
+		// again: at its slot ahead, half a slot later when refused, or at
+		// the latest half this TTL later.
+		ttl := min(max(8*span, rm.lead.Sub(now)+4*span, 200*time.Millisecond), maxTurnTTL)
 		fr.mu.Unlock()
 
 		reply, err := s.ask(rm, t, ups, now, ttl, hold) // returns holding fr.mu
@@ -836,7 +834,7 @@ func (s *Shaper) dispatch(rm *fairRoom) {
 		fr.mu.Unlock()
 		if w == nil {
 			if !reply.Granted && !hold { // another process's flow has it: ask again soon
-				s.pauseDispatch(rm, now.Add(min(span/2, turnRefresh)))
+				s.pauseDispatch(rm, now.Add(min(span/2, ttl/2)))
 			}
 			continue
 		}
@@ -891,7 +889,7 @@ func (s *Shaper) ask(rm *fairRoom, t *store.Turns, ups []fair.Update, now time.T
 	reply, err := s.store.Turn(ctx, t, q, ups)
 	st.done("turn", err)
 	s.fairRooms.mu.Lock()
-	rm.asked = now
+	rm.refresh = now.Add(ttl / 2)
 	switch {
 	case err == nil && onLocal:
 		rm.onLocal, reply.Renewed = false, true

@@ -106,3 +106,72 @@ func FairTurns(t *testing.T, c Candidate) {
 		Same(t, fmt.Sprintf("fair turns on %s, seed %d", c.Name, seed), "memory", want, run(store.Of(c.New()), seed))
 	}
 }
+
+// FairLoneOwner checks on c's store that an owner alone on a key is
+// granted every turn it asks for while it has a flow registered (and does
+// not hold), whatever it registered, updated, left or let expire before:
+// 40 flows in three classes (more than a process once put forward, with a
+// lower class waiting), on the client clock, under the prefix
+// "lone-<c.Name>:" (issue 37: the store owed the turn to a flow the
+// process had not put forward, and told it another process had it).
+func FairLoneOwner(t *testing.T, c Candidate) {
+	t.Helper()
+	st := store.Of(c.New())
+	for seed := range uint64(3) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		tr := &store.Turns{Base: fmt.Sprintf("lone%d-%s:", seed, c.Name), Key: "k", Slot: "k", Owner: "solo"}
+		now := float64(T0.UnixMilli())
+		registered := map[string]bool{}
+		granted := 0
+		for step := range 300 {
+			now += float64(rng.IntN(40))
+			if rng.IntN(50) == 0 { // past the TTL: the key forgets the owner
+				now += 1000
+			}
+			p := fair.Params{Now: now, TTL: 200, MaxRun: 1 + rng.IntN(9), Fresh: rng.IntN(40) == 0, Hold: rng.IntN(20) == 0}
+			var ups []fair.Update
+			used := map[string]bool{}
+			for range rng.IntN(6) {
+				u := fair.Update{Name: fmt.Sprint("t", rng.IntN(40)), Priority: rng.IntN(3) - 1, Weight: fairWeights[rng.IntN(len(fairWeights))],
+					Cost: fairCosts[rng.IntN(4)], Last: rng.IntN(5) == 0, Leave: rng.IntN(6) == 0}
+				id := fmt.Sprint(u.Priority, " ", u.Name)
+				if !used[id] {
+					used[id] = true
+					ups = append(ups, u)
+				}
+			}
+			reply, err := st.Turn(bg, tr, p, ups)
+			if err != nil {
+				t.Fatalf("%s, seed %d, step %d: %v", c.Name, seed, step, err)
+			}
+			if reply.Renewed || p.Fresh {
+				clear(registered)
+			}
+			for _, u := range ups {
+				registered[fmt.Sprint(u.Priority, " ", u.Name)] = !u.Leave
+			}
+			waits := false
+			for _, ok := range registered {
+				waits = waits || ok
+			}
+			if waits && !p.Hold && !reply.Granted {
+				t.Fatalf("%s, seed %d, step %d: an owner alone, with flows registered, was refused the turn: %+v %v", c.Name, seed, step, p, ups)
+			}
+			if reply.Granted {
+				granted++
+				id := fmt.Sprint(reply.Priority, " ", reply.Name)
+				if !registered[id] {
+					t.Fatalf("%s, seed %d, step %d: granted %s, which it had not registered", c.Name, seed, step, id)
+				}
+				for _, u := range ups {
+					if fmt.Sprint(u.Priority, " ", u.Name) == id && u.Last {
+						registered[id] = false
+					}
+				}
+			}
+		}
+		if granted < 100 {
+			t.Fatalf("%s, seed %d: %d turns granted of 300: the sequence does not exercise it", c.Name, seed, granted)
+		}
+	}
+}
