@@ -8,8 +8,11 @@ import (
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
-// An owner alone on a key is granted every turn it asks for, on the memory
-// store as on Redis (storetest.FairLoneOwner).
-func TestFairALoneOwnerIsGrantedEveryTurn(t *testing.T) {
-	storetest.FairLoneOwner(t, storetest.Candidate{Name: "memory", New: func() shaper.Store { return memstore.New(memstore.WithSweepInterval(0)) }})
+// An owner alone on a key is granted every turn it asks for, and a dead
+// one holds the turn no longer than its TTL, on the memory store as on
+// Redis (storetest.FairLoneOwner, FairDeadOwner).
+func TestFairTurnsOfOwners(t *testing.T) {
+	c := storetest.Candidate{Name: "memory", New: func() shaper.Store { return memstore.New(memstore.WithSweepInterval(0)) }}
+	storetest.FairLoneOwner(t, c)
+	storetest.FairDeadOwner(t, c)
 }

@@ -336,6 +336,18 @@ func TestFairForeignDataAtTheTurnsKey(t *testing.T) {
 					wantStateError("foreign "+k, k)
 					wantStateError("foreign "+k+" again", k)
 				}
+				// Requests waiting in the key's room (its dispatcher's calls)
+				// fail one by one with it too.
+				var wg sync.WaitGroup
+				for i := range 3 {
+					wg.Go(func() {
+						err := s.Wait(flow, "string", 1)
+						if se := (*StateError)(nil); !errors.As(err, &se) {
+							t.Errorf("request %d waiting on the foreign key: %v, want a *StateError", i, err)
+						}
+					})
+				}
+				wg.Wait()
 				if v, _ := c.Get(bg, key("string")).Result(); v != "not ours" {
 					t.Fatalf("the foreign string is now %q", v)
 				}
@@ -378,4 +390,63 @@ func TestFairForeignDataAtTheTurnsKey(t *testing.T) {
 			})
 		}
 	}
+}
+
+// BenchmarkFairTurnManyFlows: a fair Wait on one key through Redis (a
+// node on loopback), at a rate no call reaches, with n flows waiting (one
+// goroutine per flow, each waiting again as soon as it departs): per
+// departure, the turn's script call and the reservation's; server-µs/op is
+// the time Redis spent in scripts (EVALSHA, EVAL) per departure.
+func BenchmarkFairTurnManyFlows(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client()
+	for _, n := range []int{16, 1000, 3000} {
+		b.Run(fmt.Sprint("flows=", n), func(b *testing.B) {
+			st := New(c, WithTimeout(slowMachine))
+			defer st.Close()
+			s, err := shaper.New(st, shaper.PerSecond(100_000).WithBurst(10_000_000), shaper.WithName(fmt.Sprint("bench-", n, "-", b.N)), shaper.WithMaxQueue(time.Hour))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			var wg sync.WaitGroup
+			usec := scriptUsec(b, c)
+			b.ResetTimer()
+			for i := range n {
+				ctx := shaper.WithFlow(bg, shaper.Flow{Name: fmt.Sprint("tenant-", i)})
+				wg.Go(func() {
+					for left.Add(-1) >= 0 {
+						if err := s.Wait(ctx, "k", 1); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric((scriptUsec(b, c)-usec)/float64(b.N), "server-µs/op")
+		})
+	}
+}
+
+// scriptUsec reads the µs c's server spent in script calls.
+func scriptUsec(b *testing.B, c *redis.Client) float64 {
+	info, err := c.Info(bg, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0.0
+	for _, line := range strings.Split(info, "\r\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, f := range strings.Split(line[strings.IndexByte(line, ':')+1:], ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				x, _ := strconv.ParseFloat(v, 64)
+				total += x
+			}
+		}
+	}
+	return total
 }

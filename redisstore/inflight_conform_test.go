@@ -35,6 +35,7 @@ func TestInFlightAndTurnsMatchMemoryStore(t *testing.T) {
 		storetest.InFlight(t, c)
 		storetest.FairTurns(t, c)
 		storetest.FairLoneOwner(t, c)
+		storetest.FairDeadOwner(t, c)
 		storetest.Learned(t, c)
 	}
 }

@@ -610,8 +610,10 @@ func (s *Shaper) turnAlone(ctx context.Context, rm *fairRoom, f Flow, w *fairWai
 	rm.calls++
 	fr.mu.Unlock()
 	up := fair.Update{Name: f.Name, Priority: int(f.Priority), Weight: f.Weight, Cost: float64(w.cost), Last: true}
-	reply, err := s.ask(rm, t, []fair.Update{up}, now, min(max(8*w.span, 200*time.Millisecond), maxTurnTTL), false) // returns holding fr.mu
-	if err != nil {                                                                                // the key's turns hold data the store cannot use
+	ttl := min(max(8*w.span, 200*time.Millisecond), maxTurnTTL)
+	reply, err := s.ask(rm, t, []fair.Update{up}, now, ttl, false) // returns holding fr.mu
+	// An error: the key's turns hold data the store cannot use.
+	if err != nil {
 		if rm.waiting > 0 || len(rm.leaving) > 0 { // others came meanwhile
 			fr.mu.Unlock()
 			go s.dispatch(rm)

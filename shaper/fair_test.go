@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -766,4 +767,41 @@ func TestFairATurnsWorkDoesNotGrowWithTheFlows(t *testing.T) {
 	if many > 3*few {
 		t.Fatalf("a turn allocates %.0f bytes with 10,000 tenants waiting, %.0f with 10: its work grows with the flows", many, few)
 	}
+}
+
+// BenchmarkFairManyFlows: a fair Wait on one key in memory, at a rate no
+// call reaches, with n flows waiting (one goroutine per flow, each
+// waiting again as soon as it departs): the cost of a turn (the room, the
+// dispatcher, the store's turn) and its reservation, per departure.
+func BenchmarkFairManyFlows(b *testing.B) {
+	for _, n := range []int{16, 1000, 10000} {
+		b.Run(fmt.Sprint("flows=", n), func(b *testing.B) {
+			s, err := New(memstore.New(memstore.WithSweepInterval(0)), PerSecond(100_000).WithBurst(10_000_000), WithMaxQueue(time.Hour))
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchFlows(b, s, n)
+		})
+	}
+}
+
+// benchFlows makes b.N fair Waits on s's key "k" from n goroutines, one
+// flow each.
+func benchFlows(b *testing.B, s *Shaper, n int) {
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for i := range n {
+		ctx := WithFlow(bg, Flow{Name: fmt.Sprint("tenant-", i)})
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				if err := s.Wait(ctx, "k", 1); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

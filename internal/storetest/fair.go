@@ -175,3 +175,31 @@ func FairLoneOwner(t *testing.T, c Candidate) {
 		}
 	}
 }
+
+// FairDeadOwner checks on c's store that an owner that stops calling (a
+// process that died, or a ghost written with the longest TTL) holds the
+// turn no longer than its TTL, at most fair.MaxTTL: another owner asking
+// every second is refused until then and granted after, under the prefix
+// "dead-<c.Name>:".
+func FairDeadOwner(t *testing.T, c Candidate) {
+	t.Helper()
+	st := store.Of(c.New())
+	base := "dead-" + c.Name + ":"
+	now := float64(T0.UnixMilli())
+	dead := &store.Turns{Base: base, Key: "k", Slot: "k", Owner: "dead"}
+	live := &store.Turns{Base: base, Key: "k", Slot: "k", Owner: "live"}
+	if r, err := st.Turn(bg, dead, fair.Params{Now: now, TTL: fair.MaxTTL}, []fair.Update{{Name: "ghost", Priority: 100, Weight: 1, Cost: 1}}); err != nil || !r.Granted {
+		t.Fatalf("%s: the first owner's turn: %+v %v", c.Name, r, err)
+	}
+	ups := []fair.Update{{Name: "a", Weight: 1, Cost: 1}}
+	for at := now + 1000; at <= now+fair.MaxTTL+1000; at += 1000 {
+		r, err := st.Turn(bg, live, fair.Params{Now: at, TTL: 1500}, ups)
+		ups = nil
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		if want := at > now+fair.MaxTTL; r.Granted != want {
+			t.Fatalf("%s: %v ms after the first owner's last call, granted %v, want %v", c.Name, at-now, r.Granted, want)
+		}
+	}
+}
