@@ -180,7 +180,10 @@ func TestFairRequestsUnderTheFailurePolicies(t *testing.T) {
 func scriptFailures(t *testing.T, c redis.UniversalClient) int64 {
 	t.Helper()
 	var total int64
+	var mu sync.Mutex // ForEachMaster calls in parallel
 	count := func(info string) {
+		mu.Lock()
+		defer mu.Unlock()
 		for _, line := range strings.Split(info, "\r\n") {
 			if v, ok := strings.CutPrefix(line, "errorstat_NOSCRIPT:count="); ok {
 				n, _ := strconv.ParseInt(v, 10, 64)
@@ -220,10 +223,13 @@ func scriptFailures(t *testing.T, c redis.UniversalClient) int64 {
 func fairKeys(t *testing.T, c redis.UniversalClient, prefix string) []string {
 	t.Helper()
 	var keys []string
+	var mu sync.Mutex // ForEachMaster calls in parallel
 	pattern := escape(prefix) + "*:q:*"
 	scan := func(ctx context.Context, m redis.UniversalClient) error {
 		ks, err := m.Keys(ctx, pattern).Result()
+		mu.Lock()
 		keys = append(keys, ks...)
+		mu.Unlock()
 		return err
 	}
 	if cc, ok := c.(*redis.ClusterClient); ok {
