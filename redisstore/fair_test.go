@@ -325,7 +325,9 @@ func TestFairForeignDataAtTheTurnsKey(t *testing.T) {
 				flow := shaper.WithFlow(bg, shaper.Flow{Name: "tenant"})
 				wantStateError := func(what, k string) {
 					t.Helper()
-					err := s.Wait(flow, k, 1)
+					ctx, cancel := context.WithTimeout(flow, 5*time.Second) // a ghost could stall it
+					defer cancel()
+					err := s.Wait(ctx, k, 1)
 					var se *StateError
 					if !errors.As(err, &se) || !errors.Is(err, shaper.ErrInvalidState) || errors.Is(err, shaper.ErrStoreUnavailable) || se.Key != k {
 						t.Fatalf("%s: %v (%T), want a *StateError naming key %q", what, err, err, k)
@@ -347,7 +349,9 @@ func TestFairForeignDataAtTheTurnsKey(t *testing.T) {
 				var wg sync.WaitGroup
 				for i := range 3 {
 					wg.Go(func() {
-						err := s.Wait(flow, "string", 1)
+						ctx, cancel := context.WithTimeout(flow, 5*time.Second)
+						defer cancel()
+						err := s.Wait(ctx, "string", 1)
 						if se := (*StateError)(nil); !errors.As(err, &se) {
 							t.Errorf("request %d waiting on the foreign key: %v, want a *StateError", i, err)
 						}
