@@ -206,7 +206,6 @@ type fairRoom struct {
 	waiting   int
 	spans     time.Duration // the waiting requests' spans, summed
 	running   bool          // a dispatcher serves the room
-	v         float64       // V, as the store last said
 	lead      time.Time     // the last slot the dispatcher reserved
 	contended time.Time     // when a turn last went to another process's flow
 	refresh   time.Time     // when the room calls the store at the latest, to keep its registrations
@@ -224,6 +223,7 @@ type fairRoom struct {
 type classRoom struct {
 	requests int
 	spans    time.Duration
+	v        float64 // the class's V, as the store last said
 	// The flows whose finish tag V has reached start at V: they go before
 	// a request of any flow with requests before it, and before a new
 	// flow. atV counts them, atVSpans sums their first requests' spans;
@@ -323,7 +323,7 @@ func (rm *fairRoom) class(p Priority) *classRoom {
 // its finish tag.
 func (rm *fairRoom) place(fq *flowQueue) {
 	cr := rm.class(fq.key.prio)
-	if fq.finish > rm.v {
+	if fq.finish > cr.v {
 		heap.Push(&cr.ahead, fq)
 		return
 	}
@@ -342,18 +342,18 @@ func (rm *fairRoom) unplace(fq *flowQueue) {
 	cr.atVSpans -= fq.headSpan
 }
 
-// setV records the store's V: the flows it reached start at V.
-func (rm *fairRoom) setV(v float64) {
-	if v == rm.v {
+// setV records the V of class p the store said: the flows it reached
+// start at V.
+func (rm *fairRoom) setV(p Priority, v float64) {
+	cr := rm.classes[p]
+	if cr == nil || v <= cr.v {
 		return
 	}
-	rm.v = v
-	for _, cr := range rm.classes {
-		for len(cr.ahead) > 0 && cr.ahead[0].finish <= v {
-			fq := heap.Pop(&cr.ahead).(*flowQueue)
-			cr.atV++
-			cr.atVSpans += fq.headSpan
-		}
+	cr.v = v
+	for len(cr.ahead) > 0 && cr.ahead[0].finish <= v {
+		fq := heap.Pop(&cr.ahead).(*flowQueue)
+		cr.atV++
+		cr.atVSpans += fq.headSpan
 	}
 }
 
@@ -915,7 +915,9 @@ func (s *Shaper) ask(rm *fairRoom, t *store.Turns, ups []fair.Update, now time.T
 	if !reply.Granted && !hold {
 		rm.contended = now
 	}
-	rm.setV(reply.V.Float())
+	if reply.Granted {
+		rm.setV(Priority(reply.Priority), reply.V.Float())
+	}
 	return reply, nil
 }
 
