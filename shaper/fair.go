@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -822,7 +823,13 @@ func (s *Shaper) dispatch(rm *fairRoom) {
 		}
 		var w *fairWaiter
 		if reply.Granted {
-			if fq := rm.flows[flowKey{reply.Name, Priority(reply.Priority)}]; fq != nil {
+			fq := rm.flows[flowKey{reply.Name, Priority(reply.Priority)}]
+			if fq == nil && !slices.ContainsFunc(rm.leaving, func(u fair.Update) bool { return u.Name == reply.Name && u.Priority == reply.Priority }) {
+				// A registration the store kept for a flow that left (told
+				// to another store while this one failed): it leaves.
+				rm.leaving = append(rm.leaving, fair.Update{Name: reply.Name, Priority: reply.Priority, Leave: true})
+			}
+			if fq != nil {
 				if fq.sent.Last {
 					fq.held = false // the store ended its registration
 				}
