@@ -9,8 +9,8 @@ import (
 )
 
 // turns is the fair part of the store: per key, its fair.State. An entry
-// lives while a flow waits on its key: the shaper leaves (fair.Cand.Leave)
-// when its last request of the key is served or gone.
+// lives while an owner waits on its key: the shaper leaves (fair.Update.Leave)
+// when its last request of a flow is served or gone.
 type turns struct {
 	mu   sync.Mutex
 	keys map[turnKey]*fair.State
@@ -19,7 +19,7 @@ type turns struct {
 type turnKey struct{ base, key string }
 
 // Turn applies fair.State.Turn to t's key.
-func (m *mem) Turn(ctx context.Context, t *store.Turns, p fair.Params, cands []fair.Cand) (fair.Reply, error) {
+func (m *mem) Turn(ctx context.Context, t *store.Turns, p fair.Params, ups []fair.Update) (fair.Reply, error) {
 	if err := ctx.Err(); err != nil {
 		return fair.Reply{}, err
 	}
@@ -35,7 +35,7 @@ func (m *mem) Turn(ctx context.Context, t *store.Turns, p fair.Params, cands []f
 		st = &fair.State{}
 		ts.keys[k] = st
 	}
-	reply := st.Turn(p, cands)
+	reply := st.Turn(p, t.Owner, ups)
 	if !st.Active(p.Now) {
 		delete(ts.keys, k)
 	}

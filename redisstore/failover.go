@@ -31,6 +31,9 @@ type failover struct {
 
 	lmu       sync.Mutex                               // listeners
 	listeners map[string]map[*chan<- struct{}]struct{} // FailLocal: Freed's channels, by in-flight key
+	// FailLocal: the keys' turns the twin decided last (turnSide), until
+	// Redis decides them again.
+	turnsLocal sync.Map
 }
 
 var _ store.Backend = (*failover)(nil)
@@ -362,13 +365,37 @@ func (f *failover) PermitsInUse(ctx context.Context, p *store.Permit, now float6
 // this process's flows, and under the other policies the outage is
 // reported (the shaper then serves its flows in its own order, and each
 // reservation meets the policy).
-func (f *failover) Turn(ctx context.Context, t *store.Turns, p fair.Params, cands []fair.Cand) (fair.Reply, error) {
-	reply, err := f.redis.Turn(ctx, t, p, cands)
+//
+// The shaper tells a store only what changed since its last call, so when
+// the turns move from Redis to the twin or back, the store deciding forgets
+// what it held of the caller (Fresh: it may be stale) and the reply says
+// Renewed, so that the shaper registers its flows there anew.
+func (f *failover) Turn(ctx context.Context, t *store.Turns, p fair.Params, ups []fair.Update) (fair.Reply, error) {
+	side := turnSide{t.Base, t.Key, t.Owner}
+	_, local := f.turnsLocal.Load(side)
+	q := p
+	q.Fresh = p.Fresh || local
+	reply, err := f.redis.Turn(ctx, t, q, ups)
 	if !outage(err) || f.local == nil {
+		if err == nil && local {
+			f.turnsLocal.Delete(side)
+			reply.Renewed = true
+		}
 		return reply, err
 	}
-	return f.twins.Turn(ctx, t, p, cands)
+	f.degrade(ctx, "fair_turn")
+	q.Fresh = p.Fresh || !local
+	f.turnsLocal.Store(side, struct{}{})
+	reply, err = f.twins.Turn(ctx, t, q, ups)
+	if err == nil && !local {
+		reply.Renewed = true
+	}
+	return reply, err
 }
+
+// turnSide names an owner's turns on a key: turnsLocal holds those the
+// twin decided last.
+type turnSide struct{ base, key, owner string }
 
 // Freed registers ch with Redis and, under FailLocal, with the twin and
 // with this failover (a Redis lease released during an outage), so that the

@@ -20,7 +20,8 @@ import (
 // given back by a cancel and a refusal, counted by Status, and waiters
 // served in order, woken by the release notices of the store's
 // subscription. And fair turns give the memory store's replies, bit for
-// bit: lua/fair_turn.lua is internal/fair's Turn. And a learning fleet
+// bit: lua/fair_turn.lua is internal/fair's Turn; an owner alone is
+// granted every turn it asks for. And a learning fleet
 // paces and reports as it does on memory: lua/learn.lua is memstore's
 // Learn.
 func TestInFlightAndTurnsMatchMemoryStore(t *testing.T) {
@@ -36,6 +37,8 @@ func TestInFlightAndTurnsMatchMemoryStore(t *testing.T) {
 		storetest.InFlight(t, c)
 		storetest.InFlightKeysApart(t, c)
 		storetest.FairTurns(t, c)
+		storetest.FairLoneOwner(t, c)
+		storetest.FairDeadOwner(t, c)
 		storetest.Learned(t, c)
 	}
 }

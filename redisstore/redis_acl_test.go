@@ -190,30 +190,31 @@ func TestRedisWorksThroughTheLeastPrivilegedUser(t *testing.T) {
 		if !noticed(ch, 2*time.Second) {
 			t.Fatalf("%s: the release was not announced", name)
 		}
-		// Fair turns, every command of the script: a grant, a refusal, a
-		// flow forgotten (HDEL), and the last flow leaving (DEL).
+		// Fair turns, every command of the script: grants, a refusal, an
+		// owner expiring (its flow forgotten), and the last owner leaving
+		// (the keys deleted).
 		clientClock := New(client, WithClientClock(), WithTimeout(slowMachine)) // the steps' own instants
 		t.Cleanup(func() { _ = clientClock.Close() })
 		turns := store.Of(clientClock)
-		tr := &store.Turns{Base: "tk:acl:", Key: "turns", Slot: "turns"}
 		for i, step := range []struct {
-			cands []fair.Cand
-			want  int
+			owner string
+			ups   []fair.Update
+			want  string // the flow granted, "" none
 		}{
-			{[]fair.Cand{{Name: "b", Weight: 1, Cost: 1}}, 0},
-			{[]fair.Cand{{Name: "a", Weight: 1, Cost: 1}}, 0},
-			{[]fair.Cand{{Name: "a", Weight: 1, Cost: 1}}, -1}, // b, served earlier, has the turn
-			{[]fair.Cand{{Name: "b", Weight: 1, Cost: 1}}, 0},
-			{[]fair.Cand{{Name: "c", Weight: 1, Cost: 1}}, 0}, // a's wait expired: forgotten
-			{[]fair.Cand{{Name: "b", Leave: true}, {Name: "c", Leave: true}}, -1},
+			{"p2", []fair.Update{{Name: "b", Weight: 1, Cost: 1}}, "b"},
+			{"p1", []fair.Update{{Name: "a", Weight: 1, Cost: 1}}, "a"},
+			{"p1", nil, ""}, // b, served earlier, has the turn
+			{"p2", nil, "b"},
+			{"p1", []fair.Update{{Name: "c", Weight: 1, Cost: 1}}, "c"}, // p1's wait expired: a forgotten
+			{"p2", []fair.Update{{Name: "b", Leave: true}}, ""},
+			{"p1", []fair.Update{{Name: "c", Leave: true}}, ""},
 		} {
-			p := fair.Params{Now: float64(1000 + 10*i), TTL: 25}
-			if i == 4 {
-				p.Now = 1050 // a's wait has expired, b's not
-			}
-			r, err := turns.Turn(bg, tr, p, step.cands)
-			if err != nil || r.Granted != step.want {
-				t.Fatalf("%s: fair turn %d: %+v %v, want candidate %d granted", name, i, r, err, step.want)
+			tr := &store.Turns{Base: "tk:acl:", Key: "turns", Slot: "turns", Owner: step.owner}
+			// At 1060 p1's wait (1020 + 35) has expired, p2's (1030 + 35) not.
+			p := fair.Params{Now: []float64{1000, 1010, 1020, 1030, 1060, 1061, 1062}[i], TTL: 35}
+			r, err := turns.Turn(bg, tr, p, step.ups)
+			if err != nil || r.Granted != (step.want != "") || r.Name != step.want {
+				t.Fatalf("%s: fair turn %d: %+v %v, want %q granted", name, i, r, err, step.want)
 			}
 		}
 	}

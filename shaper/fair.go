@@ -1,12 +1,14 @@
 package shaper
 
 import (
-	"cmp"
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -22,8 +24,9 @@ import (
 // with WithFlow; Wait and Acquire then wait for the flow's turn (see
 // docs/FAIRNESS.md).
 type Flow struct {
-	// Name identifies the flow among the flows of a key, fleet-wide ("" is a
-	// flow too); at most MaxFlowName bytes.
+	// Name identifies the flow among the flows of its class on a key,
+	// fleet-wide ("" is a flow too); at most MaxFlowName bytes. One name in
+	// two classes is two flows, each with its own queue and share.
 	Name string
 	// Weight is the flow's share relative to the other flows of its class
 	// waiting on the key (0: 1); in [MinWeight, MaxWeight].
@@ -140,13 +143,13 @@ func (f *Flow) check() error {
 	return nil
 }
 
-// maxCands is how many of its flows a process puts forward for a turn at
-// once: the first of each class, then the next in order.
-const maxCands = 16
-
 // contention is how long after a turn went to another process's flow the
 // dispatcher keeps asking a slot ahead.
 const contention = 10 * time.Second
+
+// maxTurnTTL is fair.MaxTTL: the longest a process's registrations live
+// in the store without a call.
+const maxTurnTTL = fair.MaxTTL * time.Millisecond
 
 // fairRooms holds, per key, the requests of this process waiting for
 // their flow's turn.
@@ -154,6 +157,16 @@ type fairRooms struct {
 	mu     sync.Mutex
 	rooms  map[string]*fairRoom
 	opened uint64 // rooms opened: every 256th sweeps the idle ones
+	owner  string // this shaper's name among the processes sharing a key's turns
+}
+
+// ownerName returns fr's owner name, drawing it on first use. The caller
+// holds fr.mu.
+func (fr *fairRooms) ownerName() string {
+	if fr.owner == "" {
+		fr.owner = strconv.FormatUint(rand.Uint64(), 36)
+	}
+	return fr.owner
 }
 
 // sweep forgets the rooms nobody waits in whose last slot has passed. The
@@ -166,6 +179,12 @@ func (fr *fairRooms) sweep(now time.Time) {
 	}
 }
 
+// flowKey is a flow's identity: its name within its class.
+type flowKey struct {
+	name string
+	prio Priority
+}
+
 // fairRoom is one key's waiting requests, by flow. Its dispatcher (one
 // goroutine while any request waits) asks the store whose turn is next,
 // reserves that flow's first request's slot, hands it over, and asks again
@@ -174,58 +193,288 @@ func (fr *fairRooms) sweep(now time.Time) {
 // room outlives its dispatcher until that slot has come, so that requests
 // arriving one at a time meanwhile wait in it too, where a later flow's
 // request can go before them.
+//
+// The store knows the room's flows by their registrations (fair.Update):
+// each flow with requests is registered with its first request's cost and
+// weight, and the store grants the turn to any of them, so that the room
+// never sorts its flows. Each call tells the store what changed since the
+// last: the flows that arrived or whose first request changed (dirty), and
+// the ones that left.
 type fairRoom struct {
 	key       string
-	flows     map[string]*flowQueue
+	flows     map[flowKey]*flowQueue
+	classes   map[Priority]*classRoom
 	waiting   int
-	running   bool      // a dispatcher serves the room
-	v         float64   // V, as the store last said
-	lead      time.Time // the last slot the dispatcher reserved
-	contended time.Time // when a turn last went to another process's flow
-	seq       uint64    // orders flows first seen here
-	leaving   []fair.Cand
-	local     fair.State    // the turns taken while the store fails
+	spans     time.Duration // the waiting requests' spans, summed
+	running   bool          // a dispatcher serves the room
+	lead      time.Time     // the last slot the dispatcher reserved
+	contended time.Time     // when a turn last went to another process's flow
+	refresh   time.Time     // when the room calls the store at the latest, to keep its registrations
+	arrivals  uint64        // orders the requests
+	calls     uint64        // numbers the calls to the store
+	dirty     []*flowQueue  // flows whose registration the store has not heard, in order
+	leaving   []fair.Update // flows that left, to tell the store
+	onLocal   bool          // the room's last turn was decided locally (the store failed)
+	local     *fair.State   // the turns taken while the store fails
 	kick      chan struct{} // wakes the dispatcher (the room emptied)
+}
+
+// classRoom is what the admission estimate reads of one class's requests in
+// a room: how many wait and their spans, and which flows go first at V.
+type classRoom struct {
+	requests int
+	spans    time.Duration
+	v        float64 // the class's V, as the store last said
+	// The flows whose finish tag V has reached start at V: they go before
+	// a request of any flow with requests before it, and before a new
+	// flow. atV counts them, atVSpans sums their first requests' spans;
+	// the others wait in ahead until V reaches them.
+	atV      int
+	atVSpans time.Duration
+	ahead    flowHeap
 }
 
 // flowQueue is one flow's requests in a room, in arrival order.
 type flowQueue struct {
-	Flow
-	finish float64 // its finish tag, as the store last said
-	served float64 // its Seq, as the store last said (+Inf: never said)
-	seq    uint64  // first seen here, among the flows of the room
-	q      []*fairWaiter
-	cost   int64         // the requests' costs, summed
-	spans  time.Duration // their spans, summed
+	key      flowKey
+	q        []*fairWaiter // q[head:] waits, but for the ones gone
+	head     int
+	n        int           // requests waiting
+	cost     int64         // their costs, summed
+	spans    time.Duration // their spans, summed
+	finish   float64       // its finish tag, as the store last said (-Inf: never)
+	headSpan time.Duration // the first request's span, as counted in atVSpans
+	pos      int           // in its class's ahead heap; -1 when at V
+	held     bool          // the store may hold its registration
+	sent     fair.Update   // the registration last sent
+	call     uint64        // the call that last sent it
+	dirty    bool          // in rm.dirty
+	gone     bool          // left the room
 }
 
-// push queues w last.
-func (fq *flowQueue) push(w *fairWaiter) {
-	fq.q = append(fq.q, w)
-	fq.cost += w.cost
-	fq.spans += w.span
+// first returns fq's first request still waiting.
+func (fq *flowQueue) first() *fairWaiter {
+	for fq.head < len(fq.q) && fq.q[fq.head].taken {
+		fq.q[fq.head] = nil
+		fq.head++
+	}
+	if fq.head == len(fq.q) {
+		return nil
+	}
+	return fq.q[fq.head]
 }
 
-// remove takes out the request at i.
-func (fq *flowQueue) remove(i int) *fairWaiter {
-	w := fq.q[i]
-	fq.q = slices.Delete(fq.q, i, i+1)
-	fq.cost -= w.cost
-	fq.spans -= w.span
-	return w
+// update is fq's registration as the store should hold it.
+func (fq *flowQueue) update() fair.Update {
+	w := fq.first()
+	return fair.Update{Name: fq.key.name, Priority: int(fq.key.prio), Weight: w.weight, Cost: float64(w.cost), Last: fq.n == 1}
 }
 
 type fairWaiter struct {
-	ctx  context.Context
-	cost int64
-	span time.Duration // how long its slot spaces the key (span)
-	out  chan fairResult
-	gone bool // under fairRooms.mu: its caller left
+	ctx    context.Context
+	cost   int64
+	weight float64
+	span   time.Duration // how long its slot spaces the key (span)
+	out    chan fairResult
+	seq    uint64 // its arrival in the room
+	// Under fairRooms.mu: taken out of its flow's queue (served, refused
+	// or left), and its caller left.
+	taken, left bool
 }
 
 type fairResult struct {
 	r   Reservation
 	err error
+}
+
+// flowHeap orders flows by finish tag (container/heap).
+type flowHeap []*flowQueue
+
+func (h flowHeap) Len() int           { return len(h) }
+func (h flowHeap) Less(i, j int) bool { return h[i].finish < h[j].finish }
+func (h flowHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].pos, h[j].pos = i, j
+}
+func (h *flowHeap) Push(x any) {
+	fq := x.(*flowQueue)
+	fq.pos = len(*h)
+	*h = append(*h, fq)
+}
+func (h *flowHeap) Pop() any {
+	old := *h
+	fq := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	fq.pos = -1
+	return fq
+}
+
+// class returns rm's classRoom of p.
+func (rm *fairRoom) class(p Priority) *classRoom {
+	cr := rm.classes[p]
+	if cr == nil {
+		cr = &classRoom{}
+		rm.classes[p] = cr
+	}
+	return cr
+}
+
+// place counts fq, whose first request spans headSpan, at V or ahead, by
+// its finish tag.
+func (rm *fairRoom) place(fq *flowQueue) {
+	cr := rm.class(fq.key.prio)
+	if fq.finish > cr.v {
+		heap.Push(&cr.ahead, fq)
+		return
+	}
+	cr.atV++
+	cr.atVSpans += fq.headSpan
+}
+
+// unplace takes fq out of its class's count.
+func (rm *fairRoom) unplace(fq *flowQueue) {
+	cr := rm.classes[fq.key.prio]
+	if fq.pos >= 0 {
+		heap.Remove(&cr.ahead, fq.pos)
+		return
+	}
+	cr.atV--
+	cr.atVSpans -= fq.headSpan
+}
+
+// setV records the V of class p the store said: the flows it reached
+// start at V.
+func (rm *fairRoom) setV(p Priority, v float64) {
+	cr := rm.classes[p]
+	if cr == nil || v <= cr.v {
+		return
+	}
+	cr.v = v
+	for len(cr.ahead) > 0 && cr.ahead[0].finish <= v {
+		fq := heap.Pop(&cr.ahead).(*flowQueue)
+		cr.atV++
+		cr.atVSpans += fq.headSpan
+	}
+}
+
+// headChanged records that fq's first request changed: the store must hear
+// its registration again, and the estimate count the new one's span.
+func (rm *fairRoom) headChanged(fq *flowQueue) {
+	if w := fq.first(); w != nil && fq.pos < 0 {
+		rm.classes[fq.key.prio].atVSpans += w.span - fq.headSpan
+		fq.headSpan = w.span
+	} else if w != nil {
+		fq.headSpan = w.span
+	}
+	if !fq.dirty {
+		fq.dirty = true
+		rm.dirty = append(rm.dirty, fq)
+	}
+}
+
+// join queues w, of flow f, in rm. The caller holds fairRooms.mu.
+func (rm *fairRoom) join(f Flow, w *fairWaiter) *flowQueue {
+	k := flowKey{f.Name, f.Priority}
+	fq := rm.flows[k]
+	if fq == nil {
+		fq = &flowQueue{key: k, finish: math.Inf(-1), pos: -1, headSpan: w.span}
+		rm.flows[k] = fq
+		rm.place(fq)
+	}
+	rm.arrivals++
+	w.seq = rm.arrivals
+	fq.q = append(fq.q, w)
+	fq.n++
+	fq.cost += w.cost
+	fq.spans += w.span
+	cr := rm.class(f.Priority)
+	cr.requests++
+	cr.spans += w.span
+	rm.waiting++
+	rm.spans += w.span
+	if fq.n == 1 {
+		rm.headChanged(fq)
+	}
+	return fq
+}
+
+// take takes w, waiting in fq, out of rm (served or gone), and tells the
+// store what changed: fq's new first request, or that fq left.
+func (rm *fairRoom) take(fq *flowQueue, w *fairWaiter) {
+	wasHead := fq.first() == w
+	w.taken = true
+	fq.n--
+	fq.cost -= w.cost
+	fq.spans -= w.span
+	cr := rm.classes[fq.key.prio]
+	cr.requests--
+	cr.spans -= w.span
+	rm.waiting--
+	rm.spans -= w.span
+	if fq.n == 0 {
+		rm.forget(fq)
+		return
+	}
+	if fq.head > 32 && fq.head > len(fq.q)/2 { // compact
+		fq.q = append(fq.q[:0], fq.q[fq.head:]...)
+		fq.head = 0
+	}
+	if wasHead {
+		rm.headChanged(fq)
+	}
+}
+
+// forget drops fq, empty, from rm: the store is told it left with the
+// next call if it may hold its registration.
+func (rm *fairRoom) forget(fq *flowQueue) {
+	rm.unplace(fq)
+	delete(rm.flows, fq.key)
+	if cr := rm.classes[fq.key.prio]; cr.requests == 0 && cr.atV == 0 && len(cr.ahead) == 0 {
+		delete(rm.classes, fq.key.prio)
+	}
+	fq.gone = true
+	if fq.held {
+		rm.leaving = append(rm.leaving, fair.Update{Name: fq.key.name, Priority: int(fq.key.prio), Leave: true})
+	}
+}
+
+// updates returns what the next call tells the store: the flows that left,
+// then the registrations it has not heard, at most fair.MaxUpdates. The
+// caller holds fairRooms.mu.
+func (rm *fairRoom) updates() []fair.Update {
+	rm.calls++
+	n := min(len(rm.leaving), fair.MaxUpdates)
+	ups := make([]fair.Update, n, min(n+len(rm.dirty), fair.MaxUpdates))
+	copy(ups, rm.leaving)
+	rm.leaving = append(rm.leaving[:0], rm.leaving[n:]...)
+	i := 0
+	for ; i < len(rm.dirty) && len(ups) < fair.MaxUpdates; i++ {
+		fq := rm.dirty[i]
+		fq.dirty = false
+		if fq.gone {
+			continue
+		}
+		fq.sent, fq.held, fq.call = fq.update(), true, rm.calls
+		ups = append(ups, fq.sent)
+	}
+	rm.dirty = append(rm.dirty[:0], rm.dirty[i:]...)
+	return ups
+}
+
+// renewed makes every flow not sent in the last call dirty: the store
+// knows only that call's registrations (it did not know this process, or
+// the turns moved between the store and the room's own state).
+func (rm *fairRoom) renewed() {
+	for _, fq := range rm.flows {
+		if fq.call != rm.calls {
+			fq.held = false
+			if !fq.dirty {
+				fq.dirty = true
+				rm.dirty = append(rm.dirty, fq)
+			}
+		}
+	}
 }
 
 // span is how long cost units space key's slots: the slowest dimension's
@@ -308,12 +557,12 @@ func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) 
 	if err := s.validate(ctx, c, key, cost); err != nil {
 		return Reservation{}, err
 	}
-	w := &fairWaiter{ctx: ctx, cost: cost, span: span(c, cost), out: make(chan fairResult, 1)}
+	w := &fairWaiter{ctx: ctx, cost: cost, weight: f.Weight, span: span(c, cost), out: make(chan fairResult, 1)}
 	fr := &s.fairRooms
 	fr.mu.Lock()
 	rm := fr.rooms[key]
 	if rm == nil {
-		rm = &fairRoom{key: key, flows: map[string]*flowQueue{}, kick: make(chan struct{}, 1)}
+		rm = &fairRoom{key: key, flows: map[flowKey]*flowQueue{}, classes: map[Priority]*classRoom{}, kick: make(chan struct{}, 1)}
 	}
 	if err := s.refuseAtOnce(ctx, c, rm, key, f, w); err != nil {
 		fr.mu.Unlock()
@@ -343,18 +592,11 @@ func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) 
 	return s.waitTurn(ctx, rm, fq, w)
 }
 
-// join queues w, of flow f, in rm. The caller holds fairRooms.mu.
-func (rm *fairRoom) join(f Flow, w *fairWaiter) *flowQueue {
-	fq := rm.flows[f.Name]
-	if fq == nil {
-		rm.seq++
-		fq = &flowQueue{Flow: f, finish: math.Inf(-1), served: math.Inf(1), seq: rm.seq}
-		rm.flows[f.Name] = fq
-	}
-	fq.Weight, fq.Priority = f.Weight, f.Priority // the latest request's say
-	fq.push(w)
-	rm.waiting++
-	return fq
+// turns names rm's key's turns in the store.
+func (s *Shaper) turns(rm *fairRoom) *store.Turns {
+	s.fairRooms.mu.Lock()
+	defer s.fairRooms.mu.Unlock()
+	return &store.Turns{Base: s.cfg.prefix, Key: rm.key, Slot: s.slotOf(rm.key), Owner: s.fairRooms.ownerName()}
 }
 
 // turnAlone serves w, of flow f, alone in rm with no slot held ahead,
@@ -364,12 +606,37 @@ func (rm *fairRoom) join(f Flow, w *fairWaiter) *flowQueue {
 // rm as any request does.
 func (s *Shaper) turnAlone(ctx context.Context, rm *fairRoom, f Flow, w *fairWaiter, now time.Time) (Reservation, error) {
 	fr := &s.fairRooms
-	t := &store.Turns{Base: s.cfg.prefix, Key: rm.key, Slot: s.slotOf(rm.key)}
-	cands := []fair.Cand{{Name: f.Name, Weight: f.Weight, Priority: int(f.Priority), Cost: float64(w.cost), Last: true}}
-	reply := s.ask(rm, t, cands, 1, now, max(8*w.span, 200*time.Millisecond)) // returns holding fr.mu
-	if reply.Granted != 0 {
+	t := s.turns(rm)
+	fr.mu.Lock()
+	rm.calls++
+	fr.mu.Unlock()
+	up := fair.Update{Name: f.Name, Priority: int(f.Priority), Weight: f.Weight, Cost: float64(w.cost), Last: true}
+	ttl := min(max(8*w.span, 200*time.Millisecond), maxTurnTTL)
+	reply, err := s.ask(rm, t, []fair.Update{up}, now, ttl, false) // returns holding fr.mu
+	// An error: the key's turns hold data the store cannot use.
+	if err != nil {
+		if rm.waiting > 0 || len(rm.leaving) > 0 { // others came meanwhile
+			fr.mu.Unlock()
+			go s.dispatch(rm)
+			return Reservation{}, err
+		}
+		s.closeRoom(rm)
+		fr.mu.Unlock()
+		return Reservation{}, err
+	}
+	if !reply.Granted || reply.Name != f.Name || Priority(reply.Priority) != f.Priority {
+		if reply.Granted { // a registration this process had left there: it left
+			rm.leaving = append(rm.leaving, fair.Update{Name: reply.Name, Priority: reply.Priority, Leave: true})
+		}
 		fq := rm.join(f, w)
-		fq.finish, fq.served = reply.Finish[0], reply.Seq[0]
+		fq.held = true // the store holds the registration sent
+		if fq.n == 1 { // as sent: the store need not hear it again
+			if n := len(rm.dirty); n > 0 && rm.dirty[n-1] == fq {
+				rm.dirty = rm.dirty[:n-1]
+			}
+			fq.dirty = false
+			fq.sent, fq.call = up, rm.calls
+		}
 		fr.mu.Unlock()
 		go s.dispatch(rm)
 		return s.waitTurn(ctx, rm, fq, w)
@@ -385,12 +652,19 @@ func (s *Shaper) turnAlone(ctx context.Context, rm *fairRoom, f Flow, w *fairWai
 		go s.dispatch(rm)
 		return r, err
 	}
+	s.closeRoom(rm)
+	fr.mu.Unlock()
+	return r, err
+}
+
+// closeRoom stops serving rm, and forgets it if no slot is held ahead.
+// The caller holds fairRooms.mu.
+func (s *Shaper) closeRoom(rm *fairRoom) {
+	fr := &s.fairRooms
 	rm.running = false
 	if !rm.lead.After(s.cfg.clock.Now()) && fr.rooms[rm.key] == rm {
 		delete(fr.rooms, rm.key)
 	}
-	fr.mu.Unlock()
-	return r, err
 }
 
 // waitTurn waits for the reservation rm's dispatcher grants w, of fq; if
@@ -403,11 +677,9 @@ func (s *Shaper) waitTurn(ctx context.Context, rm *fairRoom, fq *flowQueue, w *f
 	case <-ctx.Done():
 	}
 	fr.mu.Lock()
-	w.gone = true
-	if i := slices.Index(fq.q, w); i >= 0 { // still queued: leave
-		fq.remove(i)
-		rm.waiting--
-		rm.forgetIfEmpty(fq)
+	w.left = true
+	if !w.taken { // still queued: leave
+		rm.take(fq, w)
 		if rm.waiting == 0 {
 			select {
 			case rm.kick <- struct{}{}:
@@ -426,45 +698,18 @@ func (s *Shaper) waitTurn(ctx context.Context, rm *fairRoom, fq *flowQueue, w *f
 	return Reservation{}, ctx.Err()
 }
 
-// order returns rm's flows in the order the store takes them (as far as
-// this process knows their tags): higher priority, then the least start
-// tag, then the least recently served. The caller holds fairRooms.mu.
-func (rm *fairRoom) order() []*flowQueue {
-	all := make([]*flowQueue, 0, len(rm.flows))
-	for _, fq := range rm.flows {
-		all = append(all, fq)
-	}
-	slices.SortFunc(all, func(a, b *flowQueue) int {
-		if a.Priority != b.Priority {
-			return cmp.Compare(b.Priority, a.Priority)
-		}
-		return cmp.Or(cmp.Compare(max(rm.v, a.finish), max(rm.v, b.finish)), cmp.Compare(a.served, b.served), cmp.Compare(a.seq, b.seq))
-	})
-	return all
-}
-
-// forgetIfEmpty drops fq once it has no request waiting: the store is told
-// the flow left with the next call.
-func (rm *fairRoom) forgetIfEmpty(fq *flowQueue) {
-	if len(fq.q) > 0 {
-		return
-	}
-	delete(rm.flows, fq.Name)
-	rm.leaving = append(rm.leaving, fair.Cand{Name: fq.Name, Weight: fq.Weight, Priority: int(fq.Priority), Leave: true})
-}
-
 // refuseAtOnce refuses w, of flow f, when its slot, as this process sees
 // the key, would come past ctx's deadline (a *DeadlineError) or MaxQueue
 // (a *QueueFullError): after the slot the dispatcher holds, the slots of
-// the requests that go before it here, then its own. The caller holds
-// fairRooms.mu.
+// the requests that go before it here (ahead), then its own. The caller
+// holds fairRooms.mu.
 func (s *Shaper) refuseAtOnce(ctx context.Context, c *contract, rm *fairRoom, key string, f Flow, w *fairWaiter) error {
 	now := s.cfg.clock.Now()
 	// Behind a slot held ahead (the schedule is busy), the requests that go
 	// first take the slots after it, then this one. With none held, they
 	// take the slots from now on, the burst's at once: a lower bound, so
 	// that nothing the reservation would grant is refused here.
-	wait := rm.ahead(f)
+	wait := rm.ahead(f, s.maxRun())
 	if lead := rm.lead.Sub(now); lead > 0 {
 		wait += lead + w.span
 	} else {
@@ -479,188 +724,208 @@ func (s *Shaper) refuseAtOnce(ctx context.Context, c *contract, rm *fairRoom, ke
 	return nil
 }
 
-// ahead is how long the requests waiting in rm that go before a request
-// of f arriving now space the key: all those of higher classes and, in f's
-// class, those whose start tags are below its own (lower classes and other
-// processes are not counted).
-func (rm *fairRoom) ahead(f Flow) time.Duration {
-	tag := func(fq *flowQueue) float64 { return max(rm.v, fq.finish) }
-	mine := rm.v
-	if fq := rm.flows[f.Name]; fq != nil {
-		mine = tag(fq) + float64(fq.cost)/f.Weight
-	}
+// ahead is at least how long the requests waiting in rm that go before a
+// request of f arriving now space the key, as this process sees it, under
+// the rule against starvation with n = MaxPriorityRun: in f's class, the
+// requests of f before it and the first request of each flow that starts
+// at V (any other flow's start tag is ahead of V, and may be behind this
+// request's); of the higher classes, all the requests waiting when n is 0,
+// else at most n per turn of f's class before this one, at their mean span.
+// Lower classes and other processes are not counted. O(classes).
+func (rm *fairRoom) ahead(f Flow, n int) time.Duration {
 	var d time.Duration
-	for name, fq := range rm.flows {
-		switch {
-		case fq.Priority < f.Priority:
-			continue
-		case fq.Priority > f.Priority || name == f.Name:
-			d += fq.spans
-			continue
+	turns := 1 // of f's class, this request's included
+	fq := rm.flows[flowKey{f.Name, f.Priority}]
+	if fq != nil {
+		d += fq.spans
+		turns += fq.n
+	}
+	if cr := rm.classes[f.Priority]; cr != nil {
+		others, spans := cr.atV, cr.atVSpans
+		if fq != nil && fq.pos < 0 {
+			others, spans = others-1, spans-fq.headSpan
 		}
-		t := tag(fq)
-		for _, w := range fq.q {
-			if t >= mine {
-				break
-			}
-			d += w.span
-			t += float64(w.cost) / fq.Weight
+		d += spans
+		turns += others
+	}
+	higher, hspans := 0, time.Duration(0)
+	for p, cr := range rm.classes {
+		if p > f.Priority {
+			higher += cr.requests
+			hspans += cr.spans
 		}
+	}
+	if higher > 0 {
+		h := higher
+		if n > 0 {
+			h = min(higher, n*(turns-1))
+		}
+		d += time.Duration(float64(hspans) * float64(h) / float64(higher))
 	}
 	return d
-}
-
-// candidates returns the flows rm puts forward for the next turn (of all,
-// rm's flows in order), and the
-// flows that left since the last call: the first flow of each class, the
-// flow served least recently (the one the rule against starvation would
-// pick), then the next ones in order, at most maxCands. The caller holds
-// fairRooms.mu.
-func (rm *fairRoom) candidates(all []*flowQueue) ([]fair.Cand, []*flowQueue) {
-	picked := make([]*flowQueue, 0, min(len(all), maxCands))
-	var oldest *flowQueue
-	for i, fq := range all {
-		if i == 0 || all[i-1].Priority != fq.Priority { // the first of each class
-			if len(picked) < maxCands-1 {
-				picked = append(picked, fq)
-			}
-		}
-		if oldest == nil || fq.served < oldest.served {
-			oldest = fq
-		}
-	}
-	if !slices.Contains(picked, oldest) {
-		picked = append(picked, oldest)
-	}
-	for _, fq := range all {
-		if len(picked) >= maxCands {
-			break
-		}
-		if !slices.Contains(picked, fq) {
-			picked = append(picked, fq)
-		}
-	}
-	cands := make([]fair.Cand, 0, len(picked)+len(rm.leaving))
-	for _, fq := range picked {
-		cands = append(cands, fair.Cand{Name: fq.Name, Weight: fq.Weight, Priority: int(fq.Priority), Cost: float64(fq.q[0].cost), Last: len(fq.q) == 1})
-	}
-	for _, c := range rm.leaving {
-		if rm.flows[c.Name] == nil { // not back since it left
-			cands = append(cands, c)
-		}
-	}
-	rm.leaving = rm.leaving[:0]
-	return cands, picked
 }
 
 // dispatch serves rm's turns while requests wait in it (see fairRoom).
 func (s *Shaper) dispatch(rm *fairRoom) {
 	fr := &s.fairRooms
-	t := &store.Turns{Base: s.cfg.prefix, Key: rm.key, Slot: s.slotOf(rm.key)}
-	ctx := context.Background()
+	t := s.turns(rm)
 	for {
 		fr.mu.Lock()
 		now := s.cfg.clock.Now()
 		if rm.waiting == 0 && len(rm.leaving) > 0 { // tell the store before the room may close
-			leaving := rm.leaving
-			rm.leaving = nil
+			ups := rm.updates()
 			fr.mu.Unlock()
-			_, _ = s.store.Turn(ctx, t, fair.Params{Now: algorithms.Millis(now)}, leaving)
+			_, _ = s.ask(rm, t, ups, now, 0, true)
+			fr.mu.Unlock()
 			continue
 		}
 		if rm.waiting == 0 {
-			rm.running = false
-			if !rm.lead.After(now) && fr.rooms[rm.key] == rm { // nothing held ahead: forget the room
-				delete(fr.rooms, rm.key)
-			}
+			s.closeRoom(rm)
 			fr.mu.Unlock()
 			return
 		}
-		all := rm.order()
-		span := all[0].q[0].span
+		span := rm.spans / time.Duration(rm.waiting)
 		// Another process's flow had the turn lately: ask a slot ahead,
 		// so that a turn passing between processes loses no slot.
 		ahead := time.Duration(0)
 		if now.Sub(rm.contended) < contention {
 			ahead = span
 		}
+		hold := false
 		if wake := rm.lead.Add(-ahead); wake.After(now) { // the slot held has not come
-			fr.mu.Unlock()
-			s.pauseDispatch(rm, wake)
-			continue
+			if !rm.refresh.Before(wake) {
+				fr.mu.Unlock()
+				s.pauseDispatch(rm, wake)
+				continue
+			}
+			if rm.refresh.After(now) { // it waits long: its registrations are kept alive meanwhile
+				fr.mu.Unlock()
+				s.pauseDispatch(rm, rm.refresh)
+				continue
+			}
+			hold = true
 		}
-		cands, picked := rm.candidates(all)
+		ups := rm.updates()
 		// The flows count as waiting in the store until this process asks
-		// again: after its slot ahead, or half a slot when refused.
-		ttl := max(8*span, rm.lead.Sub(now)+4*span, 200*time.Millisecond)
+		// again: at its slot ahead, half a slot later when refused, or at
+		// the latest half this TTL later.
+		ttl := min(max(8*span, rm.lead.Sub(now)+4*span, 200*time.Millisecond), maxTurnTTL)
 		fr.mu.Unlock()
 
-		reply := s.ask(rm, t, cands, len(picked), now, ttl) // returns holding fr.mu
-		for i, fq := range picked {
-			fq.finish, fq.served = reply.Finish[i], reply.Seq[i]
+		reply, err := s.ask(rm, t, ups, now, ttl, hold) // returns holding fr.mu
+		if err != nil {                                 // the key's turns hold data the store cannot use: the oldest request fails with it
+			if w, fq := rm.oldest(); w != nil {
+				rm.take(fq, w)
+				w.out <- fairResult{err: err}
+			}
+			fr.mu.Unlock()
+			continue
 		}
 		var w *fairWaiter
-		if reply.Granted >= 0 && reply.Granted < len(picked) {
-			fq := picked[reply.Granted]
-			if len(fq.q) > 0 {
-				w = fq.remove(0)
-				rm.waiting--
-				switch {
-				case len(fq.q) > 0:
-				case cands[reply.Granted].Last: // the store knows it stopped waiting
-					delete(rm.flows, fq.Name)
-				default: // its other requests left meanwhile: tell the store
-					rm.forgetIfEmpty(fq)
+		if reply.Granted {
+			fq := rm.flows[flowKey{reply.Name, Priority(reply.Priority)}]
+			if fq == nil && !slices.ContainsFunc(rm.leaving, func(u fair.Update) bool { return u.Name == reply.Name && u.Priority == reply.Priority }) {
+				// A registration the store kept for a flow that left (told
+				// to another store while this one failed): it leaves.
+				rm.leaving = append(rm.leaving, fair.Update{Name: reply.Name, Priority: reply.Priority, Leave: true})
+			}
+			if fq != nil {
+				if fq.sent.Last {
+					fq.held = false // the store ended its registration
 				}
+				rm.unplace(fq)
+				fq.finish = reply.Finish.Float()
+				rm.place(fq)
+				w = fq.first()
+				rm.take(fq, w)
 			}
 		}
 		fr.mu.Unlock()
 		if w == nil {
-			if reply.Granted < 0 { // another process's flow has it: ask again soon
-				s.pauseDispatch(rm, now.Add(span/2))
+			if !reply.Granted && !hold { // another process's flow has it: ask again soon
+				s.pauseDispatch(rm, now.Add(min(span/2, ttl/2)))
 			}
 			continue
 		}
 
 		r, err := s.turnSlot(rm.key, w)
 		fr.mu.Lock()
-		gone := w.gone
-		if !gone {
+		left := w.left
+		if !left {
 			w.out <- fairResult{r: r, err: err}
 			if err == nil {
 				rm.lead = r.Time()
 			}
 		}
 		fr.mu.Unlock()
-		if gone && err == nil { // it left as its turn came: the slot goes back
+		if left && err == nil { // it left as its turn came: the slot goes back
 			_ = r.Cancel(context.WithoutCancel(w.ctx))
 		}
 	}
 }
 
-// ask asks the store for the next turn among cands (n flows waiting, then
-// the ones leaving) at now, the waiting ones counting as such for ttl,
-// and records V and contention in rm. While the store fails (down, or its
-// data unusable), this process's flows take turns among themselves on the
-// room's own state, and the reservation meets the failure policy; the
-// flows that left are told once the store answers again. It returns
-// holding fairRooms.mu.
-func (s *Shaper) ask(rm *fairRoom, t *store.Turns, cands []fair.Cand, n int, now time.Time, ttl time.Duration) fair.Reply {
+// oldest returns the request that has waited longest in rm, and its flow.
+// O(flows): for the rare call that fails.
+func (rm *fairRoom) oldest() (*fairWaiter, *flowQueue) {
+	var best *fairWaiter
+	var of *flowQueue
+	for _, fq := range rm.flows {
+		if w := fq.first(); w != nil && (best == nil || w.seq < best.seq) {
+			best, of = w, fq
+		}
+	}
+	return best, of
+}
+
+// ask asks the store for the next turn at now with ups, this process
+// counting as waiting for ttl (hold: asking for none), and records V and
+// contention in rm. While the store fails (down, or unhealthy), this
+// process's flows take turns among themselves on the room's own state,
+// and the reservation meets the failure policy; when either starts
+// deciding after the other, it forgets what it held of this process and
+// hears every flow again (Renewed). Data the store cannot use at the key
+// fails the call (a *StateError on Redis), which the caller passes to a
+// request. It returns holding fairRooms.mu.
+func (s *Shaper) ask(rm *fairRoom, t *store.Turns, ups []fair.Update, now time.Time, ttl time.Duration, hold bool) (fair.Reply, error) {
 	ctx := context.Background()
-	p := fair.Params{Now: algorithms.Millis(now), TTL: algorithms.DurationMillis(ttl), MaxRun: s.maxRun()}
+	p := fair.Params{Now: algorithms.Millis(now), TTL: algorithms.DurationMillis(ttl), MaxRun: s.maxRun(), Hold: hold}
+	s.fairRooms.mu.Lock()
+	onLocal := rm.onLocal
+	s.fairRooms.mu.Unlock()
+	q := p
+	q.Fresh = onLocal
 	st := startStore(ctx)
-	reply, err := s.store.Turn(ctx, t, p, cands)
+	reply, err := s.store.Turn(ctx, t, q, ups)
 	st.done("turn", err)
 	s.fairRooms.mu.Lock()
-	if err != nil {
-		reply = rm.local.Turn(p, cands)
-		rm.leaving = append(rm.leaving, cands[n:]...)
+	rm.refresh = now.Add(ttl / 2)
+	switch {
+	case err == nil && onLocal:
+		rm.onLocal, reply.Renewed = false, true
+	case err != nil && errors.Is(err, ErrInvalidState):
+		rm.onLocal = false
+		rm.renewed()
+		return fair.Reply{}, err
+	case err != nil:
+		if rm.local == nil {
+			rm.local = &fair.State{}
+		}
+		q.Fresh = !onLocal
+		reply = rm.local.Turn(q, t.Owner, ups)
+		if !onLocal {
+			rm.onLocal, reply.Renewed = true, true
+		}
 	}
-	if reply.Granted < 0 {
+	if reply.Renewed {
+		rm.renewed()
+	}
+	if !reply.Granted && !hold {
 		rm.contended = now
 	}
-	rm.v = reply.V
-	return reply
+	if reply.Granted {
+		rm.setV(Priority(reply.Priority), reply.V.Float())
+	}
+	return reply, nil
 }
 
 // turnSlot reserves the slot of w, whose flow has the turn: with the leaky

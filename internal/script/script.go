@@ -492,45 +492,61 @@ func ParseCount(v any) (int64, error) {
 	return n, nil
 }
 
-// TurnArgs returns FairTurn's ARGV: now, the TTL, MaxRun, then
-// each candidate's five values.
-func TurnArgs(now string, p fair.Params, cands []fair.Cand) []any {
-	args := make([]any, 0, 3+5*len(cands))
-	args = append(args, now, Float(p.TTL), p.MaxRun)
-	for _, c := range cands {
-		flag := "w"
-		switch {
-		case c.Leave:
-			flag = "x"
-		case c.Last:
-			flag = "l"
+// TurnArgs returns FairTurn's ARGV: now, the TTL, MaxRun, the owner,
+// Fresh and Hold, then each update's five values.
+func TurnArgs(now string, p fair.Params, owner string, ups []fair.Update) []any {
+	args := make([]any, 0, 6+5*len(ups))
+	flag := func(b bool) string {
+		if b {
+			return "1"
 		}
-		args = append(args, c.Name, Float(c.Weight), c.Priority, Float(c.Cost), flag)
+		return "0"
+	}
+	args = append(args, now, Float(p.TTL), p.MaxRun, owner, flag(p.Fresh), flag(p.Hold))
+	for _, u := range ups {
+		f := "w"
+		switch {
+		case u.Leave:
+			f = "x"
+		case u.Last:
+			f = "l"
+		}
+		args = append(args, u.Name, strconv.Itoa(u.Priority), Float(u.Weight), Float(u.Cost), f)
 	}
 	return args
 }
 
-// ParseTurn reads FairTurn's reply for n candidates, checking every element.
-func ParseTurn(v any, n int) (fair.Reply, error) {
+// ParseTurn reads FairTurn's reply, checking every element.
+func ParseTurn(v any) (fair.Reply, error) {
 	vs, ok := v.([]any)
-	if !ok || len(vs) != 3+2*n {
+	if !ok || len(vs) != 10 {
 		return fair.Reply{}, fmt.Errorf("throttlekit: unexpected fair_turn reply %v", v)
 	}
-	nums := make([]float64, len(vs))
+	str := make([]string, len(vs))
 	for i, it := range vs {
 		s, ok := it.(string)
 		if !ok {
 			return fair.Reply{}, fmt.Errorf("throttlekit: fair_turn reply element %d is %T, want a string", i, it)
 		}
-		x, err := strconv.ParseFloat(s, 64)
+		str[i] = s
+	}
+	var nums [6]float64
+	for i := range nums {
+		x, err := strconv.ParseFloat(str[3+i], 64)
 		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
-			return fair.Reply{}, fmt.Errorf("throttlekit: fair_turn reply element %d is %q, want a number", i, s)
+			return fair.Reply{}, fmt.Errorf("throttlekit: fair_turn reply element %d is %q, want a number", 3+i, str[3+i])
 		}
 		nums[i] = x
 	}
-	g := nums[0]
-	if g != math.Trunc(g) || g < -1 || g >= float64(n) {
-		return fair.Reply{}, fmt.Errorf("throttlekit: fair_turn reply grants candidate %v of %d", g, n)
+	class, err := strconv.Atoi(str[2])
+	if err != nil || (str[0] != "0" && str[0] != "1") || (str[9] != "0" && str[9] != "1") {
+		return fair.Reply{}, fmt.Errorf("throttlekit: unexpected fair_turn reply %q", str)
 	}
-	return fair.Reply{Granted: int(g), Start: nums[1], V: nums[2], Finish: nums[3 : 3+n], Seq: nums[3+n:]}, nil
+	return fair.Reply{
+		Granted: str[0] == "1", Name: str[1], Priority: class,
+		Start:   fair.Tag{Hi: nums[0], Lo: nums[1]},
+		Finish:  fair.Tag{Hi: nums[2], Lo: nums[3]},
+		V:       fair.Tag{Hi: nums[4], Lo: nums[5]},
+		Renewed: str[9] == "1",
+	}, nil
 }
