@@ -216,6 +216,9 @@ func TestCancelledJobFreesItsSlot(t *testing.T) {
 	if err := q.Submit(bg, job); err != nil { // leaves at once
 		t.Fatal(err)
 	}
+	// It has left the heap before the check of Pending below (it was
+	// counted there while the dispatcher had not yet started it).
+	until(t, "the first job to run", func() bool { return runs.Load() == 1 })
 	ctx, cancel := context.WithCancel(bg)
 	if err := q.Submit(ctx, job); err != nil { // slot 1 s away
 		t.Fatal(err)
