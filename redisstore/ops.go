@@ -194,5 +194,8 @@ func (r *backend) contract(ctx context.Context, prefix string, args ...any) (sto
 		rec, err = store.ParseRecord(kv)
 		return err
 	})
-	return rec, err
+	if err != nil { // f may still run (see call): do not read rec
+		return store.Record{}, err
+	}
+	return rec, nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -307,13 +308,25 @@ func policyName(p redisstore.FailurePolicy) string {
 // that takes the server down, the busiest second outside the outage, and
 // how far the outage's own busiest second went over.
 func TestFaults(t *testing.T) {
-	var rows []string
-	for _, f := range faults {
-		for _, p := range f.policies {
-			name := f.name + "/" + policyName(p)
-			t.Run(name, func(t *testing.T) { rows = append(rows, runFault(t, f, p)) })
+	var (
+		mu   sync.Mutex
+		rows []string
+	)
+	t.Run("each", func(t *testing.T) {
+		for _, f := range faults {
+			for _, p := range f.policies {
+				name := f.name + "/" + policyName(p)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					row := runFault(t, f, p)
+					mu.Lock()
+					rows = append(rows, row)
+					mu.Unlock()
+				})
+			}
 		}
-	}
+	})
+	slices.Sort(rows)
 	table := "| fault | policy | busiest 1 s | contract | over the contract | served by the policy | caller errors | recovery |\n" +
 		"| --- | --- | --- | --- | --- | --- | --- | --- |\n" + strings.Join(rows, "\n")
 	fmt.Println(table)
