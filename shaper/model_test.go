@@ -86,6 +86,13 @@ func modelCfgs(world string) []modelCfg {
 				out = append(out, modelCfg{world: world, dims: dims, alg: alg, fleet: fleet})
 			}
 		}
+		// The capabilities, on the leaky bucket (the one that queues, which
+		// fair turns and learning's gate pace): permits, learning, both.
+		out = append(out,
+			modelCfg{world: world, dims: 1, alg: "leaky", fleet: fleet, inflight: true},
+			modelCfg{world: world, dims: 2, alg: "leaky", fleet: fleet, inflight: true},
+			modelCfg{world: world, dims: 1, alg: "leaky", fleet: fleet, learn: true},
+			modelCfg{world: world, dims: 1, alg: "leaky", fleet: fleet, inflight: true, learn: true})
 	}
 	return out
 }
@@ -99,6 +106,7 @@ var (
 		shaper.PerSecond(100).WithBurst(1),
 		shaper.PerSecond(20).WithBurst(50),
 		shaper.PerMinute(7).WithBurst(2),
+		shaper.PerSecond(25), // strict and slow: Space keeps a margin on it
 	}
 	modelFast       = shaper.PerSecond(99000).WithBurst(1) // sparingly
 	modelTokenRates = []shaper.Rate{
@@ -136,9 +144,16 @@ const (
 	opFlood
 	opSleep
 	opFair
+	opSpawn
+	opLeave
+	opDrain
+	opRelease
+	opLearn
+	opSpace
 )
 
-var opNames = []string{"Reserve", "Allow", "Acquire", "Wait", "Cancel", "Settle", "Copy", "Status", "Pause", "Clamp", "Reset", "SetRate", "SetMaxQueue", "Burst", "Advance", "Sweep", "DelRecord", "Follow", "Flood", "Sleep"}
+var opNames = []string{"Reserve", "Allow", "Acquire", "Wait", "Cancel", "Settle", "Copy", "Status", "Pause", "Clamp", "Reset", "SetRate", "SetMaxQueue", "Burst", "Advance", "Sweep", "DelRecord", "Follow", "Flood", "Sleep",
+	"Fair", "Spawn", "Leave", "Drain", "Release", "Learn", "Space"}
 
 func (k opKind) String() string { return opNames[k] }
 
@@ -175,6 +190,15 @@ func genOps(rng *rand.Rand, cfg modelCfg, n int) []mop {
 	} else {
 		ws = append(ws, w{opDelRecord, 1}, w{opFollow, 2}, w{opSleep, 1})
 	}
+	// Concurrent flows and classes, requests leaving, partners' feedback
+	// and margins, on every configuration; releases where permits are held.
+	ws = append(ws, w{opSpawn, 6}, w{opLeave, 1}, w{opDrain, 2}, w{opSpace, 1}, w{opLearn, 2})
+	if cfg.learn {
+		ws = append(ws, w{opLearn, 4})
+	}
+	if cfg.inflight {
+		ws = append(ws, w{opRelease, 8}, w{opSpawn, 2})
+	}
 	total := 0
 	for _, x := range ws {
 		total += x.w
@@ -210,6 +234,11 @@ func genOps(rng *rand.Rand, cfg modelCfg, n int) []mop {
 			o.n = []int{-1, 0, 1, 2, 3, 5, 10, 1000}[rng.IntN(8)]
 		case opFlood:
 			o.n = 4100
+		case opSpawn:
+			o.n = 1 + rng.IntN(3)
+			if rng.IntN(4) == 0 {
+				o.n = 4 + rng.IntN(12)
+			}
 		}
 		out = append(out, o)
 	}
@@ -253,6 +282,11 @@ type mkey struct {
 	pauseHi time.Time
 	clampHi time.Time
 	clamp   int // the open clamp record (-1: none)
+
+	resets     []int     // the ops that reset it
+	fuzzy      bool      // a grant the model did not see may stand (a request left as it was granted): no bound holds
+	prevFair   time.Time // the latest slot of a fair request collected
+	permitFree time.Time // since when a permit was seen free while a request waited for one
 }
 
 type mhandle struct {
@@ -274,6 +308,15 @@ type mrun struct {
 	hung   bool
 
 	restoreJitter func()
+
+	opNow   atomic.Int64 // m.op, for the trace hooks (other goroutines)
+	events  int64        // the order of the events the hooks saw (m.mu)
+	pending []*pend
+	permits []*permitRec
+
+	learned     []policyRec // what partners stated on learning keys
+	spaces      []spaceRec
+	lastLearned map[string]learnedRead
 	name          string
 	refresh       time.Duration
 	stores        []shaper.Store
@@ -303,9 +346,15 @@ func (m *mrun) logf(format string, args ...any) {
 }
 
 func (m *mrun) fail(kind, format string, args ...any) {
+	m.failDefect(0, kind, format, args...)
+}
+
+// failDefect records a finding the model attributes to issue 37's defect
+// (0: none known; see knownDefects).
+func (m *mrun) failDefect(defect int, kind, format string, args ...any) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.finds = append(m.finds, finding{kind: kind, msg: fmt.Sprintf("op #%d: ", m.op) + fmt.Sprintf(format, args...)})
+	m.finds = append(m.finds, finding{kind: kind, defect: defect, msg: fmt.Sprintf("op #%d: ", m.op) + fmt.Sprintf(format, args...)})
 }
 
 // rel writes an instant relative to the clock's start, for the log.
@@ -377,7 +426,6 @@ func newRun(seq sequence, world *modelWorld) (*mrun, error) {
 		m.stores = append(m.stores, st)
 		m.sh = append(m.sh, s)
 	}
-	m.setup()
 	return m, nil
 }
 
@@ -499,6 +547,19 @@ func (m *mrun) classify(i int, a, b snap) (ver int, rates []shaper.Rate, certain
 	m.episodeAdd(a)
 	m.episodeAdd(b)
 	return -1, a.rates, a.equal(b)
+}
+
+// classifyBG is classify for a background call spawned when its shaper
+// showed a: it may have been granted during any op since, and a call that
+// never read the contract (it left while it waited) does not follow it. A
+// grant is certain when no change came since the spawn.
+func (m *mrun) classifyBG(i int, a snap) (ver int, rates []shaper.Rate, certain bool) {
+	l := m.latestSnap()
+	if a.equal(l) && (!m.world.redis() || m.snap(i).equal(l)) {
+		return m.latest, l.rates, true
+	}
+	m.episodeAdd(a)
+	return -1, a.rates, false
 }
 
 // propagation: called at each op's start on Redis. While some shaper shows
@@ -822,12 +883,19 @@ var boundSlack = big.NewRat(int64(50*time.Microsecond+modelEps), 1)
 
 var modelDebug = os.Getenv("MODEL_DEBUG") != ""
 
+// modelSlow (MODEL_SLOW=<duration>) prints every op that takes longer
+// than that in real time: where a run's time goes.
+var modelSlow, _ = time.ParseDuration(os.Getenv("MODEL_SLOW"))
+
 func (m *mrun) exec() {
 	for i, o := range m.ops {
 		m.op = i
+		m.opNow.Store(int64(i))
 		m.propagation()
+		opStart := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
-		m.ctx, m.cancel = ctx, cancel
+		m.cancel = cancel
+		m.ctx, _ = m.callCtx(ctx, m.shaperIdx(o), m.keys[o.key%len(m.keys)])
 		func() {
 			defer func() {
 				if p := recover(); p != nil {
@@ -858,10 +926,20 @@ func (m *mrun) exec() {
 		if modelDebug && m.world.redis() {
 			m.dumpKeys()
 		}
+		if modelSlow > 0 {
+			if took := time.Since(opStart); took > modelSlow {
+				fmt.Fprintf(os.Stderr, "model %s seed %d op #%d %v took %v of real time (now %s)\n", m.cfg, m.seed, i, o.kind, took, m.rel(m.clock.Now()))
+			}
+		}
 	}
 	m.op = len(m.ops)
+	m.opNow.Store(int64(m.op))
 	if !m.hung {
+		finishStart := time.Now()
 		m.finish()
+		if modelSlow > 0 && time.Since(finishStart) > modelSlow {
+			fmt.Fprintf(os.Stderr, "model %s seed %d: the run's end took %v of real time (now %s)\n", m.cfg, m.seed, time.Since(finishStart), m.rel(m.clock.Now()))
+		}
 	}
 	m.finds = append(m.finds, m.o.verify()...)
 }
@@ -907,9 +985,27 @@ func (m *mrun) do(o mop) {
 	case opReserve:
 		m.doReserve(o, "reserve")
 	case opAcquire:
+		if m.cfg.inflight { // it may wait for a permit: in the background
+			o.mode, o.n = 2, 1
+			m.doSpawn(o)
+			return
+		}
 		m.doReserve(o, "acquire")
-	case opFair:
-		m.doReserve(o, "fair")
+	case opFair: // one request of a flow, in the background (its turns are judged with the others')
+		o.n = 1
+		m.doSpawn(o)
+	case opSpawn:
+		m.doSpawn(o)
+	case opLeave:
+		m.doLeave(o)
+	case opDrain:
+		m.doDrain()
+	case opRelease:
+		m.doRelease(o)
+	case opLearn:
+		m.doLearn(o)
+	case opSpace:
+		m.doSpace(o)
 	case opStatus:
 		m.doStatus(o)
 	case opAllow:
@@ -960,8 +1056,14 @@ func (m *mrun) do(o mop) {
 				d = time.Duration(o.sel * float64(2*time.Hour))
 			}
 		}
+		capped := ""
+		if w := m.permitWaiters(); w > 0 && d > permitWaitCap {
+			// A request waiting for a permit asks the store again every
+			// second: hours of them cost minutes of real time.
+			d, capped = permitWaitCap, fmt.Sprintf(" (capped: %d requests wait for a permit)", w)
+		}
 		m.clock.Advance(d)
-		m.logf("Advance %v: now %s", d, m.rel(m.clock.Now()))
+		m.logf("Advance %v%s: now %s", d, capped, m.rel(m.clock.Now()))
 	case opSweep:
 		if m.mem != nil {
 			n := m.mem.Sweep()
@@ -984,7 +1086,7 @@ func (m *mrun) do(o mop) {
 func (m *mrun) granted(si int, key, how string, cost int64, r shaper.Reservation, before, after time.Time, c snap, ver int, rates []shaper.Rate, certain bool, checkBound bool) *departure {
 	n := r.Time().Add(-r.Delay)
 	b, bok := m.bound(m.key(key), c, cost, n)
-	bok = bok && checkBound
+	bok = bok && checkBound && m.boundsHold(key)
 	if n.Add(modelEps).Before(before) || n.After(after.Add(modelEps)) {
 		m.fail("time", "%s: the reservation counts its delay %v from %s, outside the call (%s to %s)", how, r.Delay, m.rel(n), m.rel(before), m.rel(after))
 	}
@@ -1007,11 +1109,18 @@ func (m *mrun) granted(si int, key, how string, cost int64, r shaper.Reservation
 	return d
 }
 
+// boundsHold says whether the key's bounds (mkey) include every grant on
+// it: no background call on it may hold a grant not yet collected, no
+// request left as it was granted, and no learned clamp spaces it.
+func (m *mrun) boundsHold(key string) bool {
+	return !m.pendingOn(key) && !m.key(key).fuzzy && !m.cfg.learn
+}
+
 // refused checks a refusal against the bound: a request the grants and
 // charges so far let depart in time must not be refused.
 func (m *mrun) refused(how, key string, cost int64, before time.Time, c snap, err error) {
 	at, ok := m.bound(m.key(key), c, cost, before)
-	if !ok {
+	if !ok || !m.boundsHold(key) {
 		return
 	}
 	limit := time.Duration(0)
@@ -1052,9 +1161,10 @@ func (m *mrun) doReserve(o mop, how string) {
 	ver, rates, certain := m.classify(si, a, bs)
 	if err != nil {
 		m.logf("%s sh%d %q cost %d: %s", how, si, key, cost, errText(err))
-		// Sequential, a fair request finds its key's room empty: its
-		// process's estimate of its turn is nothing, and the store's bound
-		// judges it as an Acquire.
+		if m.permitRefusal(err) {
+			m.reservePermit(si, key, err)
+			return
+		}
 		if m.outcome(how, err, adm) && certain && ver >= 0 && (how == "reserve" || m.cfg.alg == "leaky") {
 			m.refused(how, key, cost, before, c, err)
 		}
@@ -1101,7 +1211,7 @@ func (m *mrun) doStatus(o mop) {
 		m.fail("status", "Status.Next %s is before the read (%s)", m.rel(st.Next), m.rel(before))
 	}
 	mid2 := m.snap(si)
-	if bok && a.equal(mid2) && ratOf(st.Next).Cmp(addRat(b, boundSlack)) > 0 {
+	if bok && m.boundsHold(key) && a.equal(mid2) && ratOf(st.Next).Cmp(addRat(b, boundSlack)) > 0 {
 		m.fail("bound", "Status.Next %s is %v later than what was granted and charged on the key allows (%s)", m.rel(st.Next), st.Next.Sub(timeOf(b)), m.rel(timeOf(b)))
 	}
 	// Remaining counts the binding dimension's units: comparable with the
@@ -1114,18 +1224,33 @@ func (m *mrun) doStatus(o mop) {
 	adm = m.admissible2(c, m.contractOf(si, bsnap), cost, false)
 	ver, rates, certain := m.classify(si, a, bsnap)
 	same := certain && a.equal(bsnap)
+	// On a learning key Status reads the learned clamp as it stands, and
+	// the Reserve renews it first (a margin, a rate changed since): see
+	// defectLearnedStatus; under a partner's statement the renewal moves
+	// its next slot (issue 37, defect 18).
+	statusDefect := 0
+	if m.cfg.learn {
+		statusDefect = defectLearnedStatus
+		if len(m.inForce(key, mid)) > 0 {
+			statusDefect = 18
+		}
+	}
 	if rerr != nil {
 		m.logf("  then Reserve: %s", errText(rerr))
+		if m.permitRefusal(rerr) {
+			m.reservePermit(si, key, rerr)
+			return
+		}
 		full := m.outcome("reserve after status", rerr, adm)
 		if full && same {
 			if m.cfg.alg == "leaky" && st.Next.Sub(before) <= c.mq-modelEps {
-				m.fail("status", "Status said a request of %d could depart at %s (%v away, within MaxQueue %v), and the Reserve right after was refused: %s", cost, m.rel(st.Next), st.Next.Sub(before), c.mq, errText(rerr))
+				m.failDefect(statusDefect, "status", "Status said a request of %d could depart at %s (%v away, within MaxQueue %v), and the Reserve right after was refused: %s", cost, m.rel(st.Next), st.Next.Sub(before), c.mq, errText(rerr))
 			}
 			if m.cfg.alg != "leaky" && !st.Next.After(mid.Add(-modelEps)) {
-				m.fail("status", "Status said a request of %d could depart at %s, and the Reserve right after (%s) was refused: %s", cost, m.rel(st.Next), m.rel(mid), errText(rerr))
+				m.failDefect(statusDefect, "status", "Status said a request of %d could depart at %s, and the Reserve right after (%s) was refused: %s", cost, m.rel(st.Next), m.rel(mid), errText(rerr))
 			}
 			if units && st.Remaining >= cost && st.PausedUntil.IsZero() {
-				m.fail("status", "Status said %d remaining, and a Reserve of %d right after was refused: %s", st.Remaining, cost, errText(rerr))
+				m.failDefect(statusDefect, "status", "Status said %d remaining, and a Reserve of %d right after was refused: %s", st.Remaining, cost, errText(rerr))
 			}
 		}
 		if full && certain && ver >= 0 {
@@ -1139,15 +1264,15 @@ func (m *mrun) doStatus(o mop) {
 		// Within eps plus the time between the two reads (a TAT stored
 		// under another contract reads later as time passes).
 		if slack := modelEps + rn.Sub(before); r.Time().After(maxTime(st.Next, rn).Add(slack)) {
-			m.fail("status", "Status said a request of %d could depart at %s, and the Reserve right after got %s (%v later, %v after the Status)", cost, m.rel(st.Next), m.rel(r.Time()), r.Time().Sub(maxTime(st.Next, rn)), rn.Sub(before))
+			m.failDefect(statusDefect, "status", "Status said a request of %d could depart at %s, and the Reserve right after got %s (%v later, %v after the Status)", cost, m.rel(st.Next), m.rel(r.Time()), r.Time().Sub(maxTime(st.Next, rn)), rn.Sub(before))
 		}
 		if units && st.Remaining >= cost && st.PausedUntil.IsZero() && r.Delay > modelEps {
-			m.fail("status", "Status said %d remaining, and a Reserve of %d right after waits %v", st.Remaining, cost, r.Delay)
+			m.failDefect(statusDefect, "status", "Status said %d remaining, and a Reserve of %d right after waits %v", st.Remaining, cost, r.Delay)
 		}
 		// And one more not: with nothing remaining, a request departs at
 		// once only if Next has come by then.
 		if units && cost == 1 && st.Remaining == 0 && r.Delay <= modelEps && rn.Add(modelEps).Before(st.Next) {
-			m.fail("status", "Status said nothing remains until %s, and a Reserve of 1 right after departs at once at %s", m.rel(st.Next), m.rel(rn))
+			m.failDefect(statusDefect, "status", "Status said nothing remains until %s, and a Reserve of 1 right after departs at once at %s", m.rel(st.Next), m.rel(rn))
 		}
 	}
 	d := m.granted(si, key, "reserve", cost, r, mid, after, c, ver, rates, certain, false)
@@ -1173,6 +1298,11 @@ func (m *mrun) doAllow(o mop) {
 	m.clock.record(goid())
 	ok, err := s.Allow(m.ctx, key, cost)
 	ev := m.clock.stopRecording()
+	if m.cfg.inflight {
+		m.logf("Allow sh%d %q cost %d: %s", si, key, cost, errText(err))
+		m.holdsPermits("Allow", err)
+		return
+	}
 	bs := m.snap(si)
 	adm := m.admissible2(c, m.contractOf(si, bs), cost, true)
 	ver, rates, certain := m.classify(si, a, bs)
@@ -1231,6 +1361,11 @@ func (m *mrun) doWait(o mop) {
 		after = m.clock.Now()
 	})
 	if m.hung {
+		return
+	}
+	if m.cfg.inflight {
+		m.logf("Wait sh%d %q cost %d: %s", si, key, cost, errText(err))
+		m.holdsPermits("Wait", err)
 		return
 	}
 	bs := m.snap(si)
@@ -1519,6 +1654,14 @@ func (m *mrun) doClamp(o mop) {
 		m.fail("error", "Clamp: %v", err)
 		return
 	}
+	m.endSpaces(key)
+	m.recordClamp(key, remaining, reset, before, after, c, certain, "clamp")
+}
+
+// recordClamp records a partner's clamp (Clamp, or Learn's remaining count
+// on a shaper that does not learn) of remaining calls until reset, set
+// between before and after under contract c; how says which op set it.
+func (m *mrun) recordClamp(key string, remaining int64, reset time.Duration, before, after time.Time, c snap, certain bool, how string) {
 	if reset <= 0 {
 		return
 	}
@@ -1547,7 +1690,7 @@ func (m *mrun) doClamp(o mop) {
 	}
 	mk.clamp = len(m.o.clamps)
 	m.o.clamps = append(m.o.clamps, clampRec{op: m.op, until: math.MaxInt, key: key, epoch: mk.epoch, endLo: before.Add(reset),
-		interval: big.NewRat(int64(reset), remaining), remaining: remaining})
+		interval: big.NewRat(int64(reset), remaining), remaining: remaining, learning: m.cfg.learn, how: how})
 }
 
 func (m *mrun) doReset(o mop) {
@@ -1559,8 +1702,11 @@ func (m *mrun) doReset(o mop) {
 		m.fail("error", "Reset: %v", err)
 		return
 	}
+	m.endSpaces(key)
 	mk := m.key(key)
 	mk.epoch++
+	mk.resets = append(mk.resets, m.op)
+	mk.fuzzy = false
 	for i := range m.dims {
 		mk.clean[i], mk.U[i], mk.L[i], mk.Lat[i] = true, nil, nil, nil
 	}
@@ -1583,6 +1729,7 @@ func (m *mrun) newVersion(rates []shaper.Rate, mq time.Duration) {
 	id := len(m.vers)
 	for i := range rates {
 		if rates[i] != cur.rates[i] {
+			m.endSpaces("")
 			v.rateVer[i] = id
 			for _, mk := range m.ks {
 				mk.clean[i] = false
@@ -1697,6 +1844,10 @@ func (m *mrun) burst(key string, who []int, costOf func(snap) int64, how string)
 		res[g] = burstResult{si: si, cost: costOf(m.contractOf(si, snaps[si]))}
 	}
 	before := m.clock.Now()
+	ctxs := make([]context.Context, len(res)) // each its own: a permit's hooks
+	for g := range res {
+		ctxs[g], _ = m.callCtx(m.ctx, res[g].si, key)
+	}
 	var wg sync.WaitGroup
 	for g := range res {
 		wg.Add(1)
@@ -1707,7 +1858,7 @@ func (m *mrun) burst(key string, who []int, costOf func(snap) int64, how string)
 					m.fail("panic", "a concurrent Reserve panicked: %v\n%s", p, debug.Stack())
 				}
 			}()
-			res[g].r, res[g].err = m.sh[res[g].si].Reserve(m.ctx, key, res[g].cost)
+			res[g].r, res[g].err = m.sh[res[g].si].Reserve(ctxs[g], key, res[g].cost)
 		}()
 	}
 	wg.Wait()
@@ -1731,6 +1882,10 @@ func (m *mrun) burst(key string, who []int, costOf func(snap) int64, how string)
 		x.adm = m.admissible2(m.contractOf(x.si, snaps[x.si]), m.contractOf(x.si, bs), x.cost, false)
 		ver, rates, certain := m.classify(x.si, snaps[x.si], bs)
 		if x.err != nil {
+			if m.permitRefusal(x.err) {
+				full++
+				continue
+			}
 			if m.outcome(how, x.err, x.adm) {
 				full++
 			}
@@ -1888,12 +2043,18 @@ func (m *mrun) dumpKeys() {
 // runOps runs ops on a fresh set of shapers; it returns the findings and
 // the run (for its log).
 func runOps(seq sequence, world *modelWorld) ([]finding, *mrun) {
+	t0 := time.Now()
 	m, err := newRun(seq, world)
 	if err != nil {
 		return []finding{{kind: "setup", msg: err.Error()}}, nil
 	}
-	defer m.close()
+	t1 := time.Now()
 	m.exec()
+	t2 := time.Now()
+	m.close()
+	if modelSlow > 0 {
+		fmt.Fprintf(os.Stderr, "model %s seed %d: setup %v, ops %v, close %v\n", seq.cfg, seq.seed, t1.Sub(t0), t2.Sub(t1), time.Since(t2))
+	}
 	return m.finds, m
 }
 
@@ -1905,6 +2066,7 @@ type sequence struct {
 	initial []shaper.Rate
 	mq      time.Duration
 	refresh time.Duration
+	feat    features
 	ops     []mop
 	label   string
 }
@@ -1914,7 +2076,8 @@ func seededSequence(cfg modelCfg, seed uint64, nops int) sequence {
 	_, _ = h.Write([]byte(cfg.String()))
 	rng := rand.New(rand.NewPCG(seed, h.Sum64()))
 	initial, mq := initialRates(rng, cfg)
-	return sequence{cfg: cfg, seed: seed, initial: initial, mq: mq, refresh: 10 * time.Millisecond, ops: genOps(rng, cfg, nops)}
+	feat := drawFeatures(rng, cfg)
+	return sequence{cfg: cfg, seed: seed, initial: initial, mq: mq, refresh: 10 * time.Millisecond, feat: feat, ops: genOps(rng, cfg, nops)}
 }
 
 // shrink removes ops (ddmin) while the run still fails with a finding of
@@ -1926,7 +2089,7 @@ func shrink(seq sequence, world *modelWorld, kind string, budget time.Duration) 
 		s.ops = ops
 		f, m := runOps(s, world)
 		for _, x := range f {
-			if x.kind == kind {
+			if x.kind == kind && !gated(x) {
 				return f, m, true
 			}
 		}
@@ -1994,7 +2157,7 @@ func init() { shrinkTotal.Store(int64(30 * time.Second)) }
 
 // check runs seq and reports its failure, shrunk.
 func check(t testing.TB, seq sequence, world *modelWorld) bool {
-	f, m := runOps(seq, world)
+	all, m := runOps(seq, world)
 	if modelTwice && m != nil && !seq.cfg.fleet {
 		// The clock's promise: the same seed, the same run. (Not a fleet:
 		// which shaper of a burst over both gets which slot is the
@@ -2004,6 +2167,17 @@ func check(t testing.TB, seq sequence, world *modelWorld) bool {
 				t.Errorf("model %s seed %d%s ran differently the second time: %s", seq.cfg, seq.seed, seq.label, d)
 			}
 		}
+	}
+	var f, known []finding
+	for _, x := range all {
+		if gated(x) {
+			known = append(known, x)
+		} else {
+			f = append(f, x)
+		}
+	}
+	if len(known) > 0 {
+		t.Logf("model %s seed %d%s: %d finding(s) of known defects, gated (knownDefects; MODEL_UNGATE=1 fails on them; rerun: MODEL_REPRO='%s:%d'), the first: %v", seq.cfg, seq.seed, seq.label, len(known), seq.cfg, seq.seed, known[0])
 	}
 	if len(f) == 0 {
 		if testing.Verbose() && seq.label != "" && m != nil {
@@ -2128,7 +2302,7 @@ func regressions(world string) []sequence {
 		if refresh == 0 {
 			refresh = 10 * time.Millisecond
 		}
-		out = append(out, sequence{cfg: cfg, initial: initial, mq: mq, refresh: refresh, ops: ops, label: " (" + label + ")"})
+		out = append(out, sequence{cfg: cfg, initial: initial, mq: mq, refresh: refresh, ops: ops, label: " (" + label + ")", feat: features{maxRun: -1, permits: 1}})
 	}
 	one := modelCfg{dims: 1, alg: "leaky"}
 	reserve := func(key int, cost int64) mop { return mop{kind: opReserve, key: key, cost: cost} }
@@ -2232,6 +2406,13 @@ func regressions(world string) []sequence {
 	// its slot: requests granted after a change do not depart ahead of it.
 	add("SetRate after an under-settle", one, []shaper.Rate{shaper.PerMinute(7).WithBurst(2)}, shaper.DefaultMaxQueue, 0,
 		reserve(0, 3), settle(0, 1), mop{kind: opSetRate, rate: shaper.PerSecond(10).WithBurst(10)}, reserve(0, 13), reserve(0, 1))
+
+	// A hole left by a cancelled slot, taken after an overrun was charged
+	// on the key, must leave room for the overrun (found by the model: see
+	// defectHoleAfterOverrun).
+	add("a hole after an overrun", one, []shaper.Rate{shaper.PerSecond(10).WithBurst(10)}, 2*time.Second, 0,
+		mop{kind: opBurst, key: 2, n: 30, cost: 1}, advance(357*time.Millisecond), mop{kind: opCancel, ref: 20, mode: 1},
+		settle(3, 9), reserve(2, 1))
 
 	// Copies of a reservation settle once: an overrun settled from two
 	// copies is charged once.
