@@ -317,16 +317,16 @@ type mrun struct {
 	learned     []policyRec // what partners stated on learning keys
 	spaces      []spaceRec
 	lastLearned map[string]learnedRead
-	name          string
-	refresh       time.Duration
-	stores        []shaper.Store
-	mem           *memstore.Store
-	sh            []*shaper.Shaper
-	dims          []string
-	costs         []func(int64) int64
-	keys          []string
-	o             *oracle
-	ctx           context.Context
+	name        string
+	refresh     time.Duration
+	stores      []shaper.Store
+	mem         *memstore.Store
+	sh          []*shaper.Shaper
+	dims        []string
+	costs       []func(int64) int64
+	keys        []string
+	o           *oracle
+	ctx         context.Context
 
 	vers    []mver
 	latest  int
