@@ -96,6 +96,10 @@ func (m *mrun) doLearn(o mop) {
 	}
 	a := m.snap(si)
 	c := m.contractOf(si, a)
+	var pre []snap // every shaper's contract before: a change may land meanwhile
+	for i := range m.sh {
+		pre = append(pre, m.snap(i))
+	}
 	before := m.clock.Now()
 	err := s.Learn(m.ctx, key, fb)
 	after := m.clock.Now()
@@ -129,7 +133,7 @@ func (m *mrun) doLearn(o mop) {
 		m.learned = append(m.learned, policyRec{kind: "policy", op: m.op, until: math.MaxInt, key: key, at: before, end: before.Add(life), count: fb.Policy.Count, period: fb.Policy.Period})
 	}
 	if m.cfg.learn {
-		m.readLearned(si, key, "after the Learn")
+		m.readLearned(si, key, "after the Learn", pre)
 	}
 }
 
@@ -181,7 +185,7 @@ func (m *mrun) inForce(key string, t time.Time) []policyRec {
 // rate is at most the contract's slowest dimension and every stated policy
 // and remaining count in force, and at least the floor unless a statement
 // holds it lower (docs/LEARNING.md, "What it guarantees").
-func (m *mrun) readLearned(si int, key, when string) {
+func (m *mrun) readLearned(si int, key, when string, pre []snap) {
 	st, err := m.sh[si].Status(m.ctx, key, 1)
 	if err != nil {
 		var qf *shaper.QueueFullError
@@ -197,11 +201,16 @@ func (m *mrun) readLearned(si int, key, when string) {
 	}
 	now := m.clock.Now()
 	// Each process bounds the fleet's record by its own contract: while a
-	// change propagates, the more generous ceiling and the lower floor.
+	// change propagates (before the calls, or during them), the more
+	// generous ceiling and the lower floor.
 	var ceiling, floor float64
+	snaps := slices.Clone(pre)
 	for i := range m.sh {
+		snaps = append(snaps, m.snap(i))
+	}
+	for i, sn := range snaps {
 		c := math.Inf(1)
-		for _, r := range m.snap(i).rates {
+		for _, r := range sn.rates {
 			c = min(c, float64(r.Count)/r.Period.Seconds())
 		}
 		f := 1.0
