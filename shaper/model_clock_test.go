@@ -326,14 +326,11 @@ func (q *quiet) settle() {
 	for spins := 0; ; spins++ {
 		why := q.busy(me)
 		if why == "" {
-			if q.ping == nil || pings == 2 {
+			if q.ping == nil || pings == 1 {
 				return
 			}
-			// Redis answers a PING after it has written what it owed
-			// every client when it read it (a release notice, a
-			// subscription's confirmation), and the second PING after
-			// it has written what it owed when it answered the first:
-			// then look again.
+			// Flush what the servers owe this process (see
+			// modelWorld.quiet), then look again.
 			if err := q.ping(); err != nil {
 				q.stuck.Store("ping: " + err.Error())
 				return

@@ -315,7 +315,9 @@ func (m *mrun) collect() {
 		default:
 		}
 	}
-	slices.SortFunc(ready, func(a, b *pend) int { return cmp.Compare(lastOf(a.rec.reserves), lastOf(b.rec.reserves)) })
+	slices.SortFunc(ready, func(a, b *pend) int {
+		return cmp.Or(cmp.Compare(lastOf(a.rec.reserves), lastOf(b.rec.reserves)), cmp.Compare(a.id, b.id))
+	})
 	for _, p := range ready {
 		p.collected = true
 		m.collectOne(p)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,8 +85,36 @@ func (w *modelWorld) quiet(pubsub bool) *quiet {
 	}
 	q.active, q.started = &w.hook.active, &w.hook.started
 	if pubsub {
+		// Redis answers a PING after it wrote what it owed every client
+		// when it read it (a release notice, a subscription's
+		// confirmation); the second PING after it wrote what it owed when
+		// it answered the first. On a cluster a notice crosses the cluster
+		// bus from the node that published it to the one the subscriber
+		// reads: four rounds, one master after another, ping the publisher
+		// twice and then the subscriber's node twice, whichever they are.
+		var masters []*redis.Client
+		var mu sync.Mutex
+		_ = w.masters(context.Background(), func(_ context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			masters = append(masters, c)
+			return nil
+		})
+		slices.SortFunc(masters, func(a, b *redis.Client) int { return strings.Compare(a.Options().Addr, b.Options().Addr) })
+		rounds := 2
+		if w.cluster != nil {
+			rounds = 4
+		}
 		q.ping = func() error {
-			return w.masters(context.Background(), func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+			ctx := context.Background()
+			for range rounds {
+				for _, c := range masters {
+					if err := c.Ping(ctx).Err(); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
 		}
 	}
 	return q
