@@ -1,21 +1,32 @@
 package shaper_test
 
 // The model-based test of the whole public surface: random sequences of
-// Reserve, Allow, Acquire (with a flow's turn too), Wait, Cancel, Settle (copies included), Status,
+// Reserve, Allow, Acquire, Wait, Cancel, Settle (copies included), Status,
 // Pause, Clamp, Reset, SetRate, SetMaxQueue, concurrent bursts, advances of
 // the clock across TTLs, Sweep, and (on Redis) deleting the live contract's
-// record, on the memory store, a Redis node (coalescing on and off) and a
-// 3-master cluster, with one or two dimensions, the leaky bucket, GCRA and
-// the token bucket, one shaper or two on one prefix. An independent oracle
-// (model_oracle_test.go) records what was granted and replays it; the
-// runner below checks what each call returned as it goes.
+// record; concurrent flows and classes taking fair turns (Acquire with a
+// flow, AwaitTurn, requests leaving), in-flight permits (take, release from
+// copies, leases expiring), partners' feedback (Learn: refusals, stated
+// policies, remaining counts, Retry-After) and margins (Space): on the
+// memory store, a Redis node (coalescing on and off) and a 3-master
+// cluster, with one or two dimensions, the leaky bucket, GCRA and the
+// token bucket, permits, learning, one shaper or two on one prefix
+// (model_features_test.go, model_learn_test.go). Every world runs on one
+// simulated clock (model_clock_test.go; Redis keys expire on it,
+// model_redis_test.go). An independent oracle (model_oracle_test.go)
+// records what was granted and replays it; the runner below checks what
+// each call returned as it goes.
 //
 // A failure is shrunk (ddmin over the op list) and reported with its seed,
-// configuration, the minimal op list as it ran, and what the oracle saw.
-// Rerun one with MODEL_REPRO='<config>:<seed>' (as printed). MODEL_SEEDS and
-// MODEL_OPS set the seeds per configuration and the ops per seed;
-// -test.short runs fewer. FuzzModel runs one seed per input on the memory
-// store or a node.
+// configuration, the minimal op list as it ran, and what the oracle
+// expected and saw. Rerun one with MODEL_REPRO='<config>:<seed>' (as
+// printed). Findings of known defects are gated (model_known_test.go).
+// MODEL_SEEDS and MODEL_OPS set the seeds per configuration and the ops
+// per seed (default 1 and 100; -test.short: 40 ops); MODEL_TWICE=1 runs
+// each sequence twice and compares the logs; MODEL_SLOW=<d> prints the ops
+// slower than d in real time; MODEL_SHRINK=<d> gives shrinking more time;
+// MODEL_DEBUG=1 dumps the Redis keys after each op. FuzzModel runs one
+// seed per input on the memory store or a node.
 
 import (
 	"cmp"
@@ -2253,9 +2264,10 @@ func envInt(name string, def int) int {
 // the known regressions as fixed sequences. Every world runs on the
 // simulated clock (model_clock_test.go): no verdict depends on real time,
 // so the test holds on a machine saturated by other test binaries. Budget:
-// about a minute under -race on 2 loaded cores (MODEL_SEEDS, MODEL_OPS;
-// -short runs less). The test is not parallel: its quiescence test reads
-// every goroutine of the process.
+// one seed of 100 ops per configuration (MODEL_SEEDS, MODEL_OPS), 72
+// configurations over the four worlds (modelCfgs): about a minute under
+// -race on 2 cores (-short, 40 ops: about half). The test is not parallel:
+// its quiescence test reads every goroutine of the process.
 func TestModel(t *testing.T) {
 	seeds, nops := envInt("MODEL_SEEDS", 1), envInt("MODEL_OPS", 100)
 	if testing.Short() {
