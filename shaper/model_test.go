@@ -2264,7 +2264,7 @@ func envInt(name string, def int) int {
 // the known regressions as fixed sequences. Every world runs on the
 // simulated clock (model_clock_test.go): no verdict depends on real time,
 // so the test holds on a machine saturated by other test binaries. Budget:
-// one seed of 100 ops per configuration (MODEL_SEEDS, MODEL_OPS), 72
+// one seed of 100 ops per configuration (MODEL_SEEDS, MODEL_OPS), 66
 // configurations over the four worlds (modelCfgs): about a minute under
 // -race on 2 cores (-short, 40 ops: about half). The test is not parallel:
 // its quiescence test reads every goroutine of the process.
