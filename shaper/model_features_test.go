@@ -456,6 +456,9 @@ const permitWaitCap = 30 * time.Second
 
 // permitWaiters returns how many background calls wait for a permit.
 func (m *mrun) permitWaiters() int {
+	if !m.cfg.inflight {
+		return 0
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
@@ -927,7 +930,7 @@ func (m *mrun) grantedElsewhere(p *pend) bool {
 // refused (issue 37, defect 1).
 func (m *mrun) refusedTurn(p *pend) {
 	n := m.maxRun()
-	if !m.fairJudged() || !p.hasFlow || n == 0 || len(p.rec.reserves) > 0 || len(m.dims) != 1 || m.cfg.learn || m.grantedElsewhere(p) {
+	if !m.fairJudged() || !p.hasFlow || n == 0 || len(p.rec.reserves) > 0 || len(m.dims) != 1 || m.cfg.learn {
 		return
 	}
 	mk := m.key(p.key)
@@ -936,9 +939,14 @@ func (m *mrun) refusedTurn(p *pend) {
 	}
 	e := exactOf(p.c.rates[0])
 	var higher []*big.Rat
+	held := new(big.Rat) // the slots granted and not yet collected (the one held ahead)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, q := range m.pending {
+		if q != p && q.key == p.key && !q.collected && len(q.rec.reserves) > 0 && lastOf(q.rec.reserves) < p.seq {
+			held = addRat(held, e.tc(q.cost))
+			continue
+		}
 		if q == p || q.key != p.key || !q.hasFlow || !q.waitsAt(p.seq) {
 			continue
 		}
@@ -948,21 +956,24 @@ func (m *mrun) refusedTurn(p *pend) {
 		higher = append(higher, e.tc(q.cost))
 	}
 	slices.SortFunc(higher, func(a, b *big.Rat) int { return b.Cmp(a) })
-	// From the key's schedule: its next request's earliest slot, then the
-	// n largest higher-class slots, then its own.
+	// From the key's schedule: its next request's earliest slot, after the
+	// slot held ahead and the n largest higher-class requests' slots; its
+	// own departs at the start of its slot (less the burst it may use).
 	start, ok := m.bound(mk, p.c, 1, p.at)
 	if !ok {
 		return
 	}
-	wait := subRat(start, ratOf(p.at))
+	wait := addRat(subRat(start, ratOf(p.at)), held)
 	for i := 0; i < n && i < len(higher); i++ {
 		wait = addRat(wait, higher[i])
 	}
-	wait = addRat(wait, e.tc(p.cost))
+	if own := subRat(e.tc(p.cost), e.tau); own.Sign() > 0 {
+		wait = addRat(wait, own)
+	}
 	if addRat(wait, big.NewRat(int64(time.Millisecond), 1)).Cmp(new(big.Rat).SetInt64(int64(p.c.mq))) <= 0 {
 		m.mu.Unlock()
 		defer m.mu.Lock()
-		m.fail("fair", "%v was refused at once (%s), though by the rule against starvation (MaxPriorityRun %d, %d higher-class requests waiting) its turn and slot come within %v, inside MaxQueue %v (docs/FAIRNESS.md)",
+		m.failDefect(1, "fair", "%v was refused at once (%s), though by the rule against starvation (MaxPriorityRun %d, %d higher-class requests waiting) its turn and slot come within %v, inside MaxQueue %v (docs/FAIRNESS.md)",
 			p, errText(p.err), n, len(higher), durOf(wait), p.c.mq)
 	}
 }

@@ -2448,6 +2448,15 @@ func regressions(world string) []sequence {
 		mop{kind: opBurst, key: 2, n: 30, cost: 1}, advance(357*time.Millisecond), mop{kind: opCancel, ref: 20, mode: 1},
 		settle(3, 9), reserve(2, 1))
 
+	// Behind an Interactive backlog past MaxQueue, a Batch request is owed
+	// a turn after MaxPriorityRun (1) of them: refused at once, it lost it
+	// (issue 37, defect 1).
+	starve := sequence{cfg: modelCfg{world: world, dims: 1, alg: "leaky"}, initial: []shaper.Rate{shaper.PerMinute(7)}, mq: shaper.DefaultMaxQueue,
+		refresh: 10 * time.Millisecond, label: " (a lower class behind a higher backlog)",
+		feat: features{maxRun: 1, permits: 1, flows: []shaper.Flow{{Name: "ui", Weight: 1, Priority: shaper.Interactive}, {Name: "batch", Weight: 1, Priority: shaper.Batch}}},
+		ops: []mop{{kind: opSpawn, key: 0, n: 5, sel: 0}, {kind: opSpawn, key: 0, n: 1, sel: 0.9}, {kind: opAdvance, d: 90 * time.Second}}}
+	out = append(out, starve)
+
 	// Copies of a reservation settle once: an overrun settled from two
 	// copies is charged once.
 	add("copies settle once", one, []shaper.Rate{shaper.PerSecond(10).WithBurst(1)}, shaper.DefaultMaxQueue, 0,
