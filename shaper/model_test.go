@@ -2266,8 +2266,7 @@ func envInt(name string, def int) int {
 // so the test holds on a machine saturated by other test binaries. Budget:
 // one seed of 60 ops per configuration (MODEL_SEEDS, MODEL_OPS), 66
 // configurations over the four worlds (modelCfgs): 73 s under -race beside
-// a CPU hog on each of 2 cores, 51 s on an idle machine at 100 ops (-short,
-// 30 ops: 40 s beside the hog). The test is not parallel:
+// a CPU hog on each of 2 cores (-short, 30 ops: 40 s beside the hog). The test is not parallel:
 // its quiescence test reads every goroutine of the process.
 func TestModel(t *testing.T) {
 	seeds, nops := envInt("MODEL_SEEDS", 1), envInt("MODEL_OPS", 60)
