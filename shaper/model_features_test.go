@@ -905,7 +905,7 @@ func (m *mrun) checkWorkConserved(p *pend, certain bool) {
 		return
 	}
 	if ratOf(p.r.Time()).Cmp(addRat(b, boundSlack)) > 0 {
-		m.fail("fair", "%v was granted the slot %s, %v after the contract let the key's next request go (%s, counted from %s, when the turn before it came or it arrived): a lone process lost a slot while requests waited (docs/FAIRNESS.md, \"Work conserving\")",
+		m.failDefect(m.lostSlotDefect(), "fair", "%v was granted the slot %s, %v after the contract let the key's next request go (%s, counted from %s, when the turn before it came or it arrived): a lone process lost a slot while requests waited (docs/FAIRNESS.md, \"Work conserving\")",
 			p, m.rel(p.r.Time()), p.r.Time().Sub(timeOf(b)), m.rel(timeOf(b)), m.rel(from))
 	}
 }
@@ -1004,4 +1004,21 @@ func (m *mrun) finish() {
 	m.finds = append(m.finds, m.checkPermits()...)
 	m.finds = append(m.finds, m.checkFair()...)
 	m.finds = append(m.finds, m.checkLearned()...)
+}
+
+// lostSlotDefect: a lone process that loses slots with more flows waiting
+// than it puts forward (16) is issue 37's defect 2.
+func (m *mrun) lostSlotDefect() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	flows := map[class]bool{}
+	for _, p := range m.pending {
+		if p.hasFlow && !p.collected {
+			flows[class{p.flow.Name, p.flow.Priority}] = true
+		}
+	}
+	if len(flows) > 16 {
+		return 2
+	}
+	return 0
 }

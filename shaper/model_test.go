@@ -2454,8 +2454,24 @@ func regressions(world string) []sequence {
 	starve := sequence{cfg: modelCfg{world: world, dims: 1, alg: "leaky"}, initial: []shaper.Rate{shaper.PerMinute(7)}, mq: shaper.DefaultMaxQueue,
 		refresh: 10 * time.Millisecond, label: " (a lower class behind a higher backlog)",
 		feat: features{maxRun: 1, permits: 1, flows: []shaper.Flow{{Name: "ui", Weight: 1, Priority: shaper.Interactive}, {Name: "batch", Weight: 1, Priority: shaper.Batch}}},
-		ops: []mop{{kind: opSpawn, key: 0, n: 5, sel: 0}, {kind: opSpawn, key: 0, n: 1, sel: 0.9}, {kind: opAdvance, d: 90 * time.Second}}}
+		ops:  []mop{{kind: opSpawn, key: 0, n: 5, sel: 0}, {kind: opSpawn, key: 0, n: 1, sel: 0.9}, {kind: opAdvance, d: 90 * time.Second}}}
 	out = append(out, starve)
+
+	// More than 16 flows and a waiting lower class in a lone process: no
+	// slot is lost while they wait (issue 37, defect 2).
+	wide := sequence{cfg: modelCfg{world: world, dims: 1, alg: "leaky"}, initial: []shaper.Rate{shaper.PerSecond(100)}, mq: shaper.DefaultMaxQueue,
+		refresh: 10 * time.Millisecond, label: " (30 flows and 3 of a lower class)", feat: features{maxRun: -1, permits: 1}}
+	for i := range 30 {
+		wide.feat.flows = append(wide.feat.flows, shaper.Flow{Name: fmt.Sprintf("t%02d", i), Weight: 1})
+	}
+	for i := range 3 {
+		wide.feat.flows = append(wide.feat.flows, shaper.Flow{Name: fmt.Sprintf("batch%d", i), Weight: 1, Priority: shaper.Batch})
+	}
+	for i := range 33 {
+		wide.ops = append(wide.ops, mop{kind: opSpawn, key: 0, n: 3, sel: (float64(i) + 0.5) / 33})
+	}
+	wide.ops = append(wide.ops, mop{kind: opAdvance, d: 2 * time.Second})
+	out = append(out, wide)
 
 	// Copies of a reservation settle once: an overrun settled from two
 	// copies is charged once.
