@@ -217,6 +217,7 @@ type pend struct {
 	done    chan struct{}
 	rec     *callRec
 	bg      bool // other background calls were on its key when it was spawned
+	permits bool // its shaper has an in-flight dimension: it waits for a permit first
 
 	r   shaper.Reservation
 	err error
@@ -255,7 +256,7 @@ func (m *mrun) spawn(how string, si int, key string, cost int64, flow *shaper.Fl
 	ctx, cancel := context.WithCancel(context.Background())
 	ctx, rec := m.callCtx(ctx, si, key)
 	p := &pend{id: len(m.pending), how: how, sh: si, key: key, cost: cost, op: m.op, at: m.clock.Now(), snap: a, c: m.contractOf(si, a),
-		cancel: cancel, done: make(chan struct{}), rec: rec}
+		cancel: cancel, done: make(chan struct{}), rec: rec, permits: m.cfg.inflight}
 	for _, q := range m.pending {
 		if q.key == key && !q.collected {
 			p.bg = true
@@ -696,6 +697,9 @@ func (p *pend) arrived() int64 {
 	if p.rec.permit != nil {
 		return p.rec.permit.takenSeq
 	}
+	if p.permits {
+		return math.MaxInt64 // it never had its permit: it never waited for a turn
+	}
 	return p.seq
 }
 
@@ -889,7 +893,7 @@ func describeTurns(ts []turn, from, to int) string {
 // the key's (mkey.bound): what was granted and charged on it.
 func (m *mrun) checkWorkConserved(p *pend, certain bool) {
 	mk := m.key(p.key)
-	if !m.fairJudged() || !p.hasFlow || !certain || mk.fuzzy || p.bg && mk.prevFair.IsZero() || m.grantedElsewhere(p) {
+	if !m.fairJudged() || !p.hasFlow || !certain || mk.fuzzy || p.bg && mk.prevFair.IsZero() || m.grantedElsewhere(p) || p.dep.epoch != mk.epoch {
 		if p.hasFlow {
 			mk.prevFair = maxTime(mk.prevFair, p.r.Time())
 		}

@@ -2210,7 +2210,14 @@ func check(t testing.TB, seq sequence, world *modelWorld) bool {
 		}
 	}
 	if len(known) > 0 {
-		t.Logf("model %s seed %d%s: %d finding(s) of known defects, gated (knownDefects; MODEL_UNGATE=1 fails on them; rerun: MODEL_REPRO='%s:%d'), the first: %v", seq.cfg, seq.seed, seq.label, len(known), seq.cfg, seq.seed, known[0])
+		var ds []int
+		for _, x := range known {
+			if !slices.Contains(ds, x.defect) {
+				ds = append(ds, x.defect)
+			}
+		}
+		slices.Sort(ds)
+		t.Logf("model %s seed %d%s: %d finding(s) of known defects %v, gated (knownDefects; MODEL_UNGATE=1 fails on them; rerun: MODEL_OPS=%d MODEL_REPRO='%s:%d'), the first: %v", seq.cfg, seq.seed, seq.label, len(known), ds, len(seq.ops), seq.cfg, seq.seed, known[0])
 	}
 	if len(f) == 0 {
 		if testing.Verbose() && seq.label != "" && m != nil {
