@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/big"
 	"slices"
 	"strings"
 	"time"
@@ -403,7 +402,6 @@ func remainingDefect(r policyRec) int {
 	return 18
 }
 
-var _ = big.NewRat
 
 // spaceDefect: on a learning shaper the margin is kept in the process
 // that called Space (the learned clamp carries it), and another process's
