@@ -149,15 +149,24 @@ type clampRec struct {
 	endLo     time.Time
 	interval  *big.Rat // ns
 	remaining int64
+	learning  bool   // set on a learning shaper, whose learned clamp may replace it (issue 37, defect 21)
+	how       string // the op that set it: clamp, learn
 }
 
 // finding is one thing the model found wrong.
 type finding struct {
-	kind string // conformance, ordering, fleet, pause, clamp, bound, status, error, panic, follow, rate, time
-	msg  string
+	kind   string // conformance, ordering, fleet, pause, clamp, bound, status, error, panic, follow, rate, time, permits, fair, learn, space, hang
+	msg    string
+	defect int        // the defect of issue 37 the model attributes it to (0: none; see knownDefects)
+	dep    *departure // the departure that broke a contract
 }
 
-func (f finding) String() string { return f.kind + ": " + f.msg }
+func (f finding) String() string {
+	if f.defect != 0 {
+		return fmt.Sprintf("%s (issue 37, defect %d): %s", f.kind, f.defect, f.msg)
+	}
+	return f.kind + ": " + f.msg
+}
 
 // oracle holds what the library granted, and checks it.
 type oracle struct {
@@ -254,6 +263,9 @@ func (o *oracle) checkSegments() []finding {
 		}
 		if f != nil {
 			f.msg = fmt.Sprintf("key %q dimension %q epoch %d under %v: %s", k.key, o.dimNames[k.dim], k.epoch, rate.rate, f.msg)
+			if f.dep != nil && o.holeAfterOverrun(f.dep, k.dim) {
+				f.defect = defectHoleAfterOverrun
+			}
 			out = append(out, *f)
 			if len(out) >= 3 {
 				break
@@ -331,7 +343,7 @@ func (o *oracle) gcraSegment(rate exactRate, deps []*departure, dim int) *findin
 		for _, j := range group {
 			if slices.Contains(vbad, j) { // not explained by an overrun settled after its grant
 				if first < 0 || j < first {
-					first, found = j, &finding{kind: "conformance", msg: describeGCRA(rate, deps, j, vRs, dim, g)}
+					first, found = j, &finding{kind: "conformance", msg: describeGCRA(rate, deps, j, vRs, dim, g), dep: deps[j]}
 				}
 				break
 			}
@@ -450,6 +462,26 @@ func (o *oracle) tokenSegment(rate exactRate, deps []*departure, dim int) *findi
 		}
 	}
 	return found
+}
+
+// holeAfterOverrun reports whether d was granted after an overrun was
+// charged on its key and a give-back (a cancel before the slot: a hole; a
+// settle for less) was made there too: the defect the model found (see
+// knownDefects: the give-back does not count the overrun).
+func (o *oracle) holeAfterOverrun(d *departure, dim int) bool {
+	over, back := false, false
+	for _, x := range o.deps {
+		if x.key != d.key || x.epoch != d.epoch {
+			continue
+		}
+		if overran(x, dim) && x.settleOp < d.op {
+			over = true
+		}
+		if x.cancelled && x.cancelOp < d.op || x.actual != nil && x.actual[dim] < x.cost[dim] && x.settleOp < d.op {
+			back = true
+		}
+	}
+	return over && back
 }
 
 // checkOrdering: no departure granted under a later rate of a dimension
@@ -573,14 +605,18 @@ func (o *oracle) checkClamps() []finding {
 				in = append(in, d)
 			}
 		}
+		defect := 0
+		if c.learning {
+			defect = 21 // the learned clamp, renewed, replaced the partner's
+		}
 		slices.SortFunc(in, byTime)
 		if int64(len(in)) > c.remaining {
-			out = append(out, finding{kind: "clamp", msg: fmt.Sprintf("the clamp of op %d left %d calls on key %q until %s, and %d depart before it: the last is %v", c.op, c.remaining, c.key, c.endLo.Format("15:04:05.000000000"), len(in), in[len(in)-1])})
+			out = append(out, finding{kind: "clamp", defect: defect, msg: fmt.Sprintf("the clamp of op %d (%s) left %d calls on key %q until %s, and %d depart before it: the last is %v", c.op, c.how, c.remaining, c.key, c.endLo.Format("15:04:05.000000000"), len(in), in[len(in)-1])})
 		}
 		for i := 1; i < len(in); i++ {
 			gap := subRat(ratOf(in[i].at), ratOf(in[i-1].at))
 			if addRat(gap, epsRat).Cmp(c.interval) < 0 {
-				out = append(out, finding{kind: "clamp", msg: fmt.Sprintf("the clamp of op %d spaces key %q's calls %v apart, and %v departs %v after %v", c.op, c.key, durOf(c.interval), in[i], durOf(gap), in[i-1])})
+				out = append(out, finding{kind: "clamp", defect: defect, msg: fmt.Sprintf("the clamp of op %d (%s) spaces key %q's calls %v apart, and %v departs %v after %v", c.op, c.how, c.key, durOf(c.interval), in[i], durOf(gap), in[i-1])})
 				break
 			}
 		}

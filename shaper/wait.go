@@ -216,8 +216,12 @@ func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) (Reserva
 // lands after the instant it was told.
 func jitter(wait time.Duration) time.Duration {
 	j := min(wait/8, 50*time.Millisecond)
-	return time.Microsecond + time.Duration(rand.Int64N(int64(j)+1))
+	return time.Microsecond + time.Duration(jitterN(int64(j)+1))
 }
+
+// jitterN draws a jitter in [0, n): the model-based test replaces it with
+// a seeded source, so that a seed replays its retries exactly.
+var jitterN = rand.Int64N
 
 func (s *Shaper) sleepUntil(ctx context.Context, t time.Time) error {
 	if s.cfg.precise > 0 {

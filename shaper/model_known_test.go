@@ -1,0 +1,55 @@
+package shaper_test
+
+import (
+	"os"
+	"strconv"
+	"strings"
+)
+
+// knownDefects are the defects of issue 37 the library still has on this
+// branch that the model's rules see. A finding the model attributes to one
+// of them (finding.defect) is logged, not failed, so that the branch stays
+// green while the fixes land in parallel: remove a defect's line when its
+// fix is merged, and the rule fails again if the fix does not hold.
+// MODEL_UNGATE=1 fails on every finding; MODEL_UNGATE=18,21 on those
+// defects' too.
+var knownDefects = map[int]string{
+	// Found by the model, not among issue 37's (numbered from 101).
+	defectHoleAfterOverrun: "a give-back after an overrun does not count the overrun: a hole left by a cancelled slot, or a settle for less, lets the next grant break the contract by the overrun (every store)",
+	defectZeroRemaining:    "Learn with Remaining 0 (and no Pause) on a learning shaper lets one request depart before the reset (learn.State.Capped takes max(remaining, 1)); a shaper that does not learn pauses",
+	defectLearnedMargin:    "Space on a learning shaper is kept in the calling process only (learnedKey.margin): another process's renewal of the learned clamp, every 250 ms, drops the margin fleet-wide",
+	defectLearnedStatus:    "Status on a learning key reads the learned clamp as stored, while the reservation right after renews it first (learnSync): Status's Next is earlier than the slot granted",
+	// Issue 37's.
+	1:  "a lower class is refused at once behind a higher-class backlog: fairRoom.ahead counts every higher-class request as going first",
+	18: "a slow stated policy or remaining count is not kept: the learned clamp spans 10 s (learnClampSpan)",
+	21: "a partner's or user's clamp on a learning key is replaced by the learned clamp, renewed every 250 ms",
+	23: "an idle key wakes at the ceiling: learn.State.Rate probes from the last change whether or not anything was sent",
+}
+
+// The defects the model found that issue 37 does not list.
+const (
+	defectHoleAfterOverrun = 101
+	defectZeroRemaining    = 102
+	defectLearnedMargin    = 103
+	defectLearnedStatus    = 104
+)
+
+// gated reports whether f is a known defect's, and not ungated.
+func gated(f finding) bool {
+	if f.defect == 0 {
+		return false
+	}
+	if _, ok := knownDefects[f.defect]; !ok {
+		return false
+	}
+	u := os.Getenv("MODEL_UNGATE")
+	if u == "1" || u == "all" {
+		return false
+	}
+	for _, n := range strings.Split(u, ",") {
+		if d, err := strconv.Atoi(strings.TrimSpace(n)); err == nil && d == f.defect {
+			return false
+		}
+	}
+	return true
+}
