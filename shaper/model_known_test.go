@@ -19,11 +19,6 @@ var knownDefects = map[int]string{
 	defectZeroRemaining:    "Learn with Remaining 0 (and no Pause) on a learning shaper lets one request depart before the reset (learn.State.Capped takes max(remaining, 1)); a shaper that does not learn pauses",
 	defectLearnedMargin:    "Space on a learning shaper is kept in the calling process only (learnedKey.margin): another process's renewal of the learned clamp, every 250 ms, drops the margin fleet-wide",
 	defectLearnedStatus:    "Status on a learning key reads the learned clamp as stored, while the reservation right after renews it first (learnSync): Status's Next is earlier than the slot granted",
-	// Issue 37's.
-	1:  "a lower class is refused at once behind a higher-class backlog: fairRoom.ahead counts every higher-class request as going first",
-	18: "a slow stated policy or remaining count is not kept: the learned clamp spans 10 s (learnClampSpan)",
-	21: "a partner's or user's clamp on a learning key is replaced by the learned clamp, renewed every 250 ms",
-	23: "an idle key wakes at the ceiling: learn.State.Rate probes from the last change whether or not anything was sent",
 }
 
 // The defects the model found that issue 37 does not list.
