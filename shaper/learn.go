@@ -73,9 +73,10 @@ type Feedback struct {
 	// request that departed before the learned rate last changed says
 	// nothing of the rate in force, and changes nothing.
 	Departed time.Time
-	// Refused says the partner refused the request for its rate: a 429
-	// (as transport.Feedback reads it; a 503 is the partner unavailable,
-	// which only pauses). A refusal measures the partner's limit (see
+	// Refused says the partner refused the request for its rate: a 429,
+	// or GitHub's 403 with Retry-After or nothing left (as
+	// transport.Feedback reads it; a 503 is the partner unavailable, which
+	// only pauses). A refusal measures the partner's limit (see
 	// docs/LEARNING.md); with a Pause, once per pause: the refusals of
 	// requests that departed before the pause's end change nothing.
 	Refused bool
