@@ -3,12 +3,14 @@
 -- cancelled, so that what it did not use goes back without breaking the
 -- contract. ledger_lib() builds its functions only when a script needs them
 -- (a key without a Ledger pays for one closure). A key K's Ledger lives in
--- K:l ("start seq n at1 q1 ... atn qn": the staircase), its holes in the sorted
+-- K:l ("start seq n at1 q1 ... atn qn interval tau [m at1 x1 seq1 until1 ...
+-- atm xm seqm untilm]": the staircase, the contract, the overruns it
+-- remembers), its holes in the sorted
 -- set K:h (score: the instant; member: "at cap"), its settled flags in the
 -- bitmap K:b, and the tags of reservations granted before it that were given
 -- back, until they pass, in the sorted set K:c.
 local function ledger_lib()
-  local W, UNBOUNDED, MAX_MARKS, MAX_LOOK, MAX_PRE = 4096, 1e300, 8, 64, 64
+  local W, UNBOUNDED, MAX_MARKS, MAX_LOOK, MAX_PRE, MAX_OVER = 4096, 1e300, 8, 64, 64, 8
   local L = {}
   local function num(x) return string.format('%.17g', x) end
 
@@ -19,12 +21,22 @@ local function ledger_lib()
       if not x or x ~= x or x == math.huge or x == -math.huge then return nil end
       v[#v + 1] = x
     end
-    if #v < 3 then return nil end
+    if #v < 3 or v[3] < 0 or v[3] % 1 ~= 0 then return nil end
     local n = 3 + 2 * v[3]
-    if #v ~= n and #v ~= n + 2 then return nil end
-    local l = {start = v[1], seq = v[2], marks = {}}
+    local m = 0 -- overruns
+    if #v > n + 2 then
+      m = v[n + 3]
+      if not m or m < 0 or m % 1 ~= 0 or #v ~= n + 3 + 4 * m then return nil end
+    elseif #v ~= n and #v ~= n + 2 then
+      return nil
+    end
+    local l = {start = v[1], seq = v[2], marks = {}, over = {}}
     for i = 1, v[3] do l.marks[i] = {v[2 + 2 * i], v[3 + 2 * i]} end
-    if #v == n + 2 then l.interval, l.tau = v[n + 1], v[n + 2] end -- written before them: no parameters
+    if #v >= n + 2 then l.interval, l.tau = v[n + 1], v[n + 2] end -- written before them: no parameters
+    for i = 1, m do
+      local a = n + 3 + 4 * (i - 1)
+      l.over[i] = {v[a + 1], v[a + 2], v[a + 3], v[a + 4]}
+    end
     return l
   end
 
@@ -37,6 +49,12 @@ local function ledger_lib()
     if l.interval then
       out[#out + 1] = num(l.interval)
       out[#out + 1] = num(l.tau)
+      if #l.over > 0 then
+        out[#out + 1] = tostring(#l.over)
+        for _, o in ipairs(l.over) do
+          for j = 1, 4 do out[#out + 1] = num(o[j]) end
+        end
+      end
     end
     return table.concat(out, ' ')
   end
@@ -44,8 +62,15 @@ local function ledger_lib()
   -- new: gcra.Kernel.NewLedger.
   function L.new(s, now, interval, tau)
     local start = math.floor(now * 1000)
-    local l = {interval = interval, tau = tau, start = start, seq = start, marks = {}}
+    local l = {interval = interval, tau = tau, start = start, seq = start, marks = {}, over = {}}
     if s and s > now then l.marks[1] = {s, UNBOUNDED} end
+    return l
+  end
+
+  -- renew: gcra.Kernel.RenewLedger (old: the Ledger gone idle).
+  function L.renew(old, s, now, interval, tau)
+    local l = L.new(s, now, interval, tau)
+    if old.seq > l.start then l.start, l.seq = old.seq, old.seq end
     return l
   end
 
@@ -170,6 +195,52 @@ local function ledger_lib()
     end
   end
 
+  -- charge: Ledger.charge: an extra x charged at t, the key's TAT s after
+  -- it, at now: the terms that include t grow; every hole at or after t
+  -- loses x (one left below a unit goes; a member that is not a hole is
+  -- left for take to report); the overrun is remembered (the oldest two
+  -- merged past MAX_OVER, those already past forgotten).
+  local function charge(l, holes, interval, tau, t, x, s, now)
+    grow(l, t, x)
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', holes, num(t), '+inf')) do
+      local at_s, cap_s = string.match(member, '^(%S+) (%S+)$')
+      local cap = tonumber(cap_s)
+      if at_s and cap and cap == cap then
+        redis.call('ZREM', holes, member)
+        cap = cap - x
+        if cap >= interval then redis.call('ZADD', holes, at_s, at_s .. ' ' .. num(cap)) end
+      end
+    end
+    local kept = {}
+    for _, o in ipairs(l.over) do
+      if o[4] >= now then kept[#kept + 1] = o end
+    end
+    kept[#kept + 1] = {t, x, l.seq, s}
+    if #kept > MAX_OVER then
+      local a, b = kept[1], kept[2]
+      kept[2] = {math.min(a[1], b[1]), a[2] + b[2], math.max(a[3], b[3]), math.max(a[4], b[4])}
+      table.remove(kept, 1)
+    end
+    l.over = kept
+    if not l.interval then l.interval, l.tau = interval, tau end -- a Ledger written before them: it is this contract's
+  end
+
+  -- overran: Ledger.Overran (keys: K:l, K:h, K:b, K:c).
+  function L.overran(l, keys, interval, tau, t, cost, actual, s, now)
+    local tc, ta = interval * cost, interval * actual
+    if ta > tc then charge(l, keys[2], interval, tau, t, ta - tc, s, now) end
+  end
+
+  -- debt: Ledger.debt: what the overruns settled after the grant seq (0:
+  -- before the Ledger), at or before t, add at t.
+  local function debt(l, t, seq)
+    local d = 0
+    for _, o in ipairs(l.over) do
+      if o[1] <= t and seq <= o[3] then d = d + o[2] end
+    end
+    return d
+  end
+
   -- settle: Ledger.Settle; returns the TAT to store. keys: K:l, K:h, K:b, K:c.
   function L.settle(l, keys, interval, tau, s, t, cost, actual, seq, tag, now)
     local known = true
@@ -182,7 +253,7 @@ local function ledger_lib()
     end
     local tc, ta = interval * cost, interval * actual
     if ta > tc then
-      grow(l, t, ta - tc)
+      charge(l, keys[2], interval, tau, t, ta - tc, s + (ta - tc), now)
       return s + (ta - tc)
     end
     if seq == 0 or not known or ta == tc then return s end
@@ -210,7 +281,7 @@ local function ledger_lib()
     local tc = interval * cost
     local refund = room(l, s, t, tc)
     lower(l, t, refund)
-    local rest = math.min(tc, tau) - refund
+    local rest = math.min(tc, tau) - refund - debt(l, t, seq)
     if rest > 0 then add_hole(holes, t, rest) end
     return s - refund
   end

@@ -125,8 +125,8 @@ if got[3] then -- a key with a Ledger: a hole before the slot, or the slot recor
     if advance then advance(at) end
     return {'1', bind, sec, usec, stored, paused, 'h', string.format('%.17g', at), string.format('%.17g', seq)}
   end
-  if wait <= max_wait and led.idle(lk, tat or now, now) then -- cold, no hole ahead: a fresh Ledger
-    l = led.new(tat, now, interval, tau)
+  if wait <= max_wait and led.idle(lk, tat or now, now) then -- cold, no hole ahead: a fresh Ledger, numbering after the old one
+    l = led.renew(l, tat, now, interval, tau)
   elseif not fits then -- busy under another contract: the key goes on without one
     if wait <= max_wait then led.drop(lk) end
     led = nil

@@ -78,10 +78,14 @@ for _, w in ipairs(work) do
     if w.seq == 0 then led.claim_pre(w.lk[4], w.tag) end
   elseif w.seq < 0 or w.l and not led.fits(w.l, w.interval, w.tau) then -- a slot of another contract (seq -1), or another contract's Ledger: an extra is charged, nothing given back
     if act > w.cost then s = s + (w.interval * act - w.interval * w.cost) end
+    if w.l and led.fits(w.l, w.interval, w.tau) then -- the key's own Ledger counts the extra all the same
+      led.overran(w.l, w.lk, w.interval, w.tau, at, w.cost, act, s, now)
+    end
   elseif not w.l and w.seq == 0 and s == w.tag then -- the tail: all of it comes back, and a Ledger begins
     s = gcra_settle_tail(w.interval, w.tau, s, at, w.cost, act)
     w.l = led.new(s, now, w.interval, w.tau)
     led.claim_pre(w.lk[4], w.tag)
+    led.overran(w.l, w.lk, w.interval, w.tau, at, w.cost, act, s, now) -- counted in the holes the reservations before it may leave
   else
     if not w.l then w.l = led.new(s, now, w.interval, w.tau) end
     if w.actual < 0 and holes_ok then

@@ -115,15 +115,22 @@ func settleTAT(k *gcra.Kernel, s float64, l *gcra.Ledger, gen *uint32, st *store
 		actual = st.Actual[i]
 	}
 	if l != nil && !l.Fits(k) || st.Seqs[i] < 0 { // another contract's Ledger, or a slot granted under another contract: an extra is charged, nothing given back
-		return k.Charge(s, st.Costs[i], actual), l
+		s = k.Charge(s, st.Costs[i], actual)
+		if l != nil && l.Fits(k) { // the key's own Ledger counts the extra all the same
+			l.Overran(k, st.At, st.Costs[i], actual, s, st.Now)
+		}
+		return s, l
 	}
 	if l == nil {
 		if st.Seqs[i] == 0 && *gen == st.Gens[i] && s == st.Tags[i] {
-			// The tail: all of it comes back, and a Ledger begins.
+			// The tail: all of it comes back (an extra is charged), and a
+			// Ledger begins, which counts the extra in the holes the
+			// reservations granted before it may leave.
 			s = k.SettleTail(s, st.At, st.Costs[i], actual)
 			*gen = (*gen + 1) &^ hasLedger
 			l = k.NewLedger(s, st.Now)
 			l.Claim(st.Tags[i])
+			l.Overran(k, st.At, st.Costs[i], actual, s, st.Now)
 			return s, l
 		}
 		l = k.NewLedger(s, st.Now)

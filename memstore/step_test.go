@@ -141,7 +141,7 @@ func (m *mem) oldLedgered(sp *memSpace, i uint32, k *gcra.Kernel, key string, co
 	switch {
 	case l.Idle(tat, now): // cold, no hole ahead: a fresh Ledger, whose steps know every departure
 		p.freshLedger++
-		l = k.NewLedger(tat, now)
+		l = k.RenewLedger(l, tat, now)
 		t.setLedger(i, l)
 	case !fits: // busy under another contract: the key goes on without one
 		p.droppedLedger++

@@ -44,6 +44,20 @@ import (
 // can only lower terms, so a hole is always safe to fill; it is never moved
 // to another instant, which could be unsafe.
 //
+// An overrun (a settle for more than reserved) is charged at once: the
+// TAT grows by the extra, and so does the term of every departure at or
+// before its instant t. It also raises by up to the extra the replay at
+// every instant after t, where a hole lies, or may lie later: a hole was
+// safe to fill because the departure it replaces fitted there, and that
+// departure was granted without the overrun (which the contract lets it
+// break: it is charged, never refused). So a hole at or after t keeps only
+// what the extra leaves of it, and a reservation granted before the
+// overrun and cancelled after it leaves a hole without what the overruns
+// settled since its grant, at or before its instant, add there (the
+// Ledger remembers them: Overruns). A slot granted after an overrun, from
+// the TAT or from a hole, so makes room for it; slots granted before keep
+// their times.
+//
 // Every grant made while a key has a Ledger gets a sequence number, and the
 // Ledger remembers which of the last SeqWindow were settled or cancelled: a
 // reservation settles once, however many copies of it are settled or
@@ -57,10 +71,11 @@ type Ledger struct {
 	// under: its rule holds for one contract, so a key whose contract
 	// changes live drops it (see Fits).
 	Interval, Tau float64
-	Start         float64 // the sequence number before this Ledger's first grant
-	Seq           float64 // the sequence number of its last grant
-	Marks         []Mark  // ascending instants, descending bounds; at most MaxMarks
-	Holes         []Hole  // ascending instants
+	Start         float64   // the sequence number before this Ledger's first grant
+	Seq           float64   // the sequence number of its last grant
+	Marks         []Mark    // ascending instants, descending bounds; at most MaxMarks
+	Holes         []Hole    // ascending instants
+	Overruns      []Overrun // in the order they were settled; at most MaxOverruns
 	done          [SeqWindow / 64]uint64
 	pre           []float64 // the tags of reservations granted before the Ledger that were cancelled, not yet past; ascending
 }
@@ -71,6 +86,20 @@ type Mark struct{ At, Q float64 }
 
 // Hole is cost (ms, T*units) a cancelled reservation left at its instant.
 type Hole struct{ At, Cap float64 }
+
+// Overrun is an extra X (ms, T*units) charged at the instant At, after the
+// grant whose sequence number is Seq: a reservation granted up to it
+// (sequence number at most Seq, or granted before the Ledger) and cancelled
+// later at or after At leaves a hole without X. Until is the key's TAT
+// after the charge: every reservation granted before it departs before
+// Until, so once Until has passed it matters no more.
+type Overrun struct{ At, X, Seq, Until float64 }
+
+// MaxOverruns is how many overruns a Ledger remembers; past it the two
+// settled first become one that counts for both (the earlier instant, the
+// sum of the extras, the later sequence number and end), which only ever
+// leaves smaller holes.
+const MaxOverruns = 8
 
 // MaxMarks is how many steps the staircase keeps.
 const MaxMarks = 8
@@ -83,7 +112,9 @@ const SeqWindow = 4096
 // above its departure, and TATs only grow without a Ledger), whatever
 // contract granted it: a key whose contract changed live holds departures
 // of several. Sequence numbers start at now in µs, above those of any
-// earlier Ledger of the key, which went cold before this one was made.
+// earlier Ledger of the key that is gone (its Redis keys expired, at least
+// a millisecond after its last grant); one that replaces a Ledger still
+// held is made by RenewLedger.
 func (k *Kernel) NewLedger(s, now float64) *Ledger {
 	l := &Ledger{Interval: k.Interval, Tau: k.Tau, Start: math.Floor(now * 1000)}
 	l.Seq = l.Start
@@ -95,6 +126,23 @@ func (k *Kernel) NewLedger(s, now float64) *Ledger {
 	if s > now {
 		l.Marks = append(l.Marks, Mark{At: s, Q: Unbounded})
 	}
+	return l
+}
+
+// RenewLedger returns the fresh Ledger of a key whose Ledger old has gone
+// idle (see Idle), at now, its TAT s: NewLedger, numbering its grants
+// after old's last, so that a copy of a reservation old granted names none
+// of the new Ledger's (old's last grant may be numbered at or past now in
+// µs: a Ledger made and gone idle within the microsecond, or one that
+// granted faster than a reservation a microsecond); and keeping old's
+// claims of the reservations granted before it, so that a copy of one
+// settled later does nothing (as on Redis, where they stay in K:c).
+func (k *Kernel) RenewLedger(old *Ledger, s, now float64) *Ledger {
+	l := k.NewLedger(s, now)
+	if old.Seq > l.Start {
+		l.Start, l.Seq = old.Seq, old.Seq
+	}
+	l.pre = slices.Clone(old.pre)
 	return l
 }
 
@@ -290,8 +338,8 @@ func (l *Ledger) Settle(k *Kernel, s, t float64, cost, actual int64, seq, tag, n
 	}
 	tc, ta := float64(k.Interval*float64(cost)), float64(k.Interval*float64(actual))
 	switch {
-	case ta > tc: // the extra, at t: every term that includes t grows
-		l.grow(t, ta-tc)
+	case ta > tc: // the extra, at t: every term that includes t grows, and the holes after t shrink
+		l.charge(t, ta-tc, s+(ta-tc), now)
 		return s + (ta - tc)
 	case seq == 0 || !known || ta == tc: // before the Ledger nothing is given back: its step has no bound
 		return s
@@ -302,6 +350,63 @@ func (l *Ledger) Settle(k *Kernel, s, t float64, cost, actual int64, seq, tag, n
 	refund := math.Min(own, l.room(s, t, tc-ta))
 	l.lower(t, tc-ta) // the terms that held the cost given back
 	return s - refund
+}
+
+// Overran records the extra of a settle of cost units at actual, at t,
+// charged on the key (whose TAT is s after it, at now) outside the
+// Ledger's own Settle: by the tail rule, just before the Ledger was made
+// (Kernel.SettleTail), or for a slot granted under a contract changed
+// since (Kernel.Charge). Nothing happens when actual is at most cost.
+func (l *Ledger) Overran(k *Kernel, t float64, cost, actual int64, s, now float64) {
+	tc, ta := float64(k.Interval*float64(cost)), float64(k.Interval*float64(actual))
+	if ta > tc {
+		l.charge(t, ta-tc, s, now)
+	}
+}
+
+// charge applies an extra x charged at t to the Ledger of a key whose TAT
+// is s after the charge, at now: the terms that include t grow by x; every
+// hole at or after t loses x (one left with less than a unit is dropped);
+// and the overrun is remembered for the holes that reservations granted
+// before it may leave later (see Overrun), the ones already past
+// forgotten.
+func (l *Ledger) charge(t, x, s, now float64) {
+	l.grow(t, x)
+	holes := l.Holes[:0]
+	for _, h := range l.Holes {
+		if h.At >= t {
+			if h.Cap -= x; h.Cap < l.Interval {
+				continue
+			}
+		}
+		holes = append(holes, h)
+	}
+	l.Holes = holes
+	kept := l.Overruns[:0]
+	for _, o := range l.Overruns {
+		if o.Until >= now {
+			kept = append(kept, o)
+		}
+	}
+	l.Overruns = append(kept, Overrun{At: t, X: x, Seq: l.Seq, Until: s})
+	if len(l.Overruns) > MaxOverruns {
+		a, b := l.Overruns[0], l.Overruns[1]
+		l.Overruns[1] = Overrun{At: math.Min(a.At, b.At), X: a.X + b.X, Seq: math.Max(a.Seq, b.Seq), Until: math.Max(a.Until, b.Until)}
+		l.Overruns = slices.Delete(l.Overruns, 0, 1)
+	}
+}
+
+// debt is what the overruns settled after the grant of the reservation seq
+// (0: granted before the Ledger), at or before its instant t, add to the
+// replay at t: a hole it leaves there is that much smaller.
+func (l *Ledger) debt(t, seq float64) float64 {
+	d := 0.0
+	for _, o := range l.Overruns {
+		if o.At <= t && seq <= o.Seq {
+			d += o.X
+		}
+	}
+	return d
 }
 
 // room is how far a TAT s may drop for d given back at t: min(d, s - Q(t)),
@@ -319,8 +424,9 @@ func (l *Ledger) lower(t, x float64) {
 
 // Cancel gives back the reservation seq (or, granted before the Ledger,
 // tag), of cost units at t, before t (the caller checks the time; now is
-// the store's clock): what the TAT may take back it takes, and the rest
-// is left at t as a hole. It returns the TAT to store.
+// the store's clock): what the TAT may take back it takes, and the rest,
+// less what overruns settled since its grant add at t, is left at t as a
+// hole. It returns the TAT to store.
 func (l *Ledger) Cancel(k *Kernel, s, t float64, cost int64, seq, tag, now float64) float64 {
 	// A tag already past names a slot already past: cancelling it frees nothing.
 	if seq == 0 && (tag < now || !l.claimPre(tag)) || seq != 0 && l.claim(seq) != claimed {
@@ -333,7 +439,9 @@ func (l *Ledger) Cancel(k *Kernel, s, t float64, cost int64, seq, tag, now float
 	// min(T*cost, tau): a cost above the burst was spread over the time
 	// before t, which the reservations taking the hole, departing at t,
 	// cannot use.
-	if rest := math.Min(tc, k.Tau) - refund; rest > 0 {
+	// Less what the overruns settled since its grant add at t: the
+	// departure it replaces was granted without them.
+	if rest := math.Min(tc, k.Tau) - refund - l.debt(t, seq); rest > 0 {
 		l.addHole(t, rest)
 	}
 	return s - refund

@@ -81,7 +81,7 @@ func (k *Kernel) ledgerStep(key *Key, now float64, cost int64, out *Step) {
 	out.Remaining = k.clamp(k.Remaining(next, now), key.Clamped)
 	switch {
 	case l.Idle(key.TAT, now): // cold, no hole ahead: a fresh Ledger, whose steps know every departure
-		out.Ledger = k.NewLedger(key.TAT, now)
+		out.Ledger = k.RenewLedger(l, key.TAT, now)
 		out.Seq = out.Ledger.Grant(k, out.At, cost)
 	case !fits: // busy under another contract: the key goes on without one
 		out.Ledger = nil

@@ -48,7 +48,7 @@ func refStep(k *Kernel, in Key, now float64, cost int64) Step {
 	out := Step{Allowed: true, Wait: wait, Remaining: remaining(next), At: now + wait, TAT: next, Moved: true}
 	switch {
 	case l.Idle(in.TAT, now):
-		out.Ledger = k.NewLedger(in.TAT, now)
+		out.Ledger = k.RenewLedger(l, in.TAT, now)
 		out.Seq = out.Ledger.Grant(k, out.At, cost)
 	case !fits:
 	default:
@@ -64,7 +64,7 @@ func cloneLedger(l *Ledger) *Ledger {
 		return nil
 	}
 	c := *l
-	c.Marks, c.Holes, c.pre = slices.Clone(l.Marks), slices.Clone(l.Holes), slices.Clone(l.pre)
+	c.Marks, c.Holes, c.Overruns, c.pre = slices.Clone(l.Marks), slices.Clone(l.Holes), slices.Clone(l.Overruns), slices.Clone(l.pre)
 	return &c
 }
 
@@ -193,6 +193,9 @@ func (ky *stepSim) giveBack(h *stepGrant, actual int64, now float64) {
 	}
 	if ky.l != nil && !ky.l.Fits(k) || seq < 0 {
 		ky.s = k.Charge(ky.s, h.cost, max(actual, 0))
+		if ky.l != nil && ky.l.Fits(k) {
+			ky.l.Overran(k, h.at, h.cost, max(actual, 0), ky.s, now)
+		}
 		return
 	}
 	if ky.l == nil {
@@ -201,6 +204,7 @@ func (ky *stepSim) giveBack(h *stepGrant, actual int64, now float64) {
 			ky.gen++
 			ky.l = k.NewLedger(ky.s, now)
 			ky.l.Claim(h.tag)
+			ky.l.Overran(k, h.at, h.cost, max(actual, 0), ky.s, now)
 			return
 		}
 		ky.l = k.NewLedger(ky.s, now)
