@@ -402,7 +402,6 @@ func remainingDefect(r policyRec) int {
 	return 18
 }
 
-
 // spaceDefect: on a learning shaper the margin is kept in the process
 // that called Space (the learned clamp carries it), and another process's
 // renewal of the learned clamp drops it: the defect the model found.
