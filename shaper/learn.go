@@ -86,7 +86,9 @@ type Feedback struct {
 	// RateLimit-Policy); the zero Rate when it states none.
 	Policy Rate
 	// Remaining and Reset are the partner's count of requests left until
-	// its reset, when HasRemaining.
+	// its reset, when HasRemaining. A Remaining of 0 with a Reset pauses
+	// the key until the reset (on every shaper, however short a Pause
+	// beside it): nothing departs before it.
 	Remaining    int64
 	Reset        time.Duration
 	HasRemaining bool
@@ -454,7 +456,8 @@ func (s *Shaper) marginMs(c *contract, lk *learnedKey, rate float64) float64 {
 // holds the key and the rate resumes from where it was, paced, not in a
 // burst. Any shaper pauses the key for fb.Pause (see Pause; a burst
 // contract resumes paced at its rate for as long as the pause lasted, at
-// least a second) and clamps it to the remaining count (see Clamp).
+// least a second) and clamps it to the remaining count (see Clamp); none
+// remaining pauses it until the reset.
 // Feedback only ever slows a key below the shaper's contract.
 func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 	if s == nil {
@@ -472,6 +475,12 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 	pause := min(fb.Pause, MaxPause)
 	if s.learner == nil || s.rateless {
 		return s.plainFeedback(ctx, key, fb, pause)
+	}
+	if fb.HasRemaining && fb.Remaining == 0 && fb.Reset > 0 {
+		// Nothing left until the reset: a pause until it, fleet-wide (as
+		// Clamp's remaining <= 0 and a shaper that does not learn), not a
+		// rate of one per reset.
+		pause = max(pause, min(fb.Reset, MaxPause))
 	}
 	now := s.cfg.clock.Now()
 	ms := algorithms.Millis(now)
@@ -554,17 +563,20 @@ func (s *Shaper) learnReset(ctx context.Context, c *contract, key string) error 
 }
 
 // plainFeedback is Learn on a shaper that does not learn: a pause, then
-// the remaining count as a clamp.
+// the remaining count as a clamp; with none remaining, a pause until the
+// reset, however short the pause asked for.
 func (s *Shaper) plainFeedback(ctx context.Context, key string, fb Feedback, pause time.Duration) error {
 	ctx = context.WithoutCancel(ctx)
 	if pause > 0 {
 		if err := s.Pause(ctx, key, pause); err != nil {
 			return err
 		}
-		return s.resumePaced(ctx, key, pause)
+		if err := s.resumePaced(ctx, key, pause); err != nil {
+			return err
+		}
 	}
-	if fb.HasRemaining && !s.rateless {
-		return s.Clamp(ctx, key, fb.Remaining, min(fb.Reset, MaxPause))
+	if fb.HasRemaining && !s.rateless && (pause <= 0 || fb.Remaining == 0) {
+		return s.Clamp(ctx, key, fb.Remaining, min(fb.Reset, MaxPause)) // remaining 0: a pause until the reset
 	}
 	return nil
 }

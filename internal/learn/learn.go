@@ -312,12 +312,14 @@ func (s *State) Advertise(now, rate, end float64, p Params) (changed bool) {
 // as Clamp's do, except one no tighter that ends no later: the one in
 // force covers it (and nothing need be written). A count with none in
 // force is recorded even when the rate is below it, so that no probe
-// passes it before its reset.
+// passes it before its reset. A count below 1 is no rate: nothing may
+// depart before the reset, which is a pause (the caller's: shaper.Learn
+// pauses the key until the reset), and Capped changes nothing.
 func (s *State) Capped(now, remaining, reset float64, p Params) bool {
-	if !(reset > 0) || !(remaining >= 0) {
+	if !(reset > 0) || !(remaining >= 1) {
 		return false
 	}
-	cap := max(remaining, 1) * 1000 / reset
+	cap := remaining * 1000 / reset
 	if s.Cap > 0 && now < s.CapEnd && cap >= s.Cap && now+reset <= s.CapEnd {
 		return false
 	}
