@@ -150,9 +150,6 @@ type learnedKey struct {
 	used atomic.Int64 // unix ns: the last reservation
 	mu   sync.Mutex
 	st   learn.State
-	// margin is what Space asked for, in ns: the learned clamp's
-	// interval carries it on a strict contract.
-	margin atomic.Int64
 	// The gate: the requests of this process holding a slot not yet
 	// come (out), and those waiting to take one, first come first served.
 	gmu   sync.Mutex
@@ -388,7 +385,7 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 			return false, nil // nothing to write, and the clamp is fresh
 		}
 		rate := st.Rate(ms, p)
-		cl := learnedClamp(c, ms, 1000/rate+s.marginMs(c, lk, rate))
+		cl := learnedClamp(c, ms, 1000/rate+marginMs(c, st.MarginAt(ms), rate))
 		add := lk.drain()
 		from := max(int64((ms-store.TallyLife)/store.TallyWidth), 1) // every tally the store keeps: the probe's evidence
 		cur, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: s.learner.ttl, Clamp: cl, Add: add, From: from, Reset: reset})
@@ -429,24 +426,29 @@ func learnedClamp(c *contract, ms, interval float64) *store.LearnClamp {
 	return &store.LearnClamp{Now: ms, Interval: interval, Span: algorithms.DurationMillis(learnClampSpan+c.maxQueue) + interval}
 }
 
-// marginMs is the margin Space set on lk, in ms, for a learned rate of
-// rate per second under contract c: none on a burst contract or a rate
-// faster than MinSpacedInterval, at most a tenth of the learned interval.
-func (s *Shaper) marginMs(c *contract, lk *learnedKey, rate float64) float64 {
-	m := time.Duration(lk.margin.Load())
-	if m <= 0 {
+// marginMs is the margin the learned clamp keeps, in ms, for a margin of
+// m ms in the key's record (Space) and a learned rate of rate per second
+// under contract c: none on a burst contract or a rate faster than
+// MinSpacedInterval, at most a tenth of the learned interval.
+func marginMs(c *contract, m, rate float64) float64 {
+	if !(m > 0) || !strict(c) {
 		return 0
-	}
-	for _, d := range c.dims {
-		if d.rate.burst() > 1 {
-			return 0
-		}
 	}
 	interval := time.Duration(float64(time.Second) / rate)
 	if interval < MinSpacedInterval {
 		return 0
 	}
-	return algorithms.DurationMillis(min(m, interval/10))
+	return min(m, algorithms.DurationMillis(interval/10))
+}
+
+// strict reports whether every dimension of contract c has a burst of 1.
+func strict(c *contract) bool {
+	for _, d := range c.dims {
+		if d.rate.burst() > 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // Learn takes a partner's feedback on key (see Feedback; package transport
@@ -546,6 +548,29 @@ func (s *Shaper) learnCap(ctx context.Context, c *contract, key string, remainin
 	_, err := s.learnUpdate(ctx, c, key, lk, now, func(st *learn.State) bool {
 		return st.Capped(ms, float64(remaining), algorithms.DurationMillis(reset), p)
 	}, false)
+	return err
+}
+
+// learnSpace is Space on a shaper WithLearning: the margin goes into
+// key's learned record, which every process's renewal of the learned
+// clamp reads (its interval carries the margin, by the learned interval:
+// marginMs), and the clamp is renewed with it in the same store call. The
+// widest margin in force holds (learn.State.Space).
+func (s *Shaper) learnSpace(ctx context.Context, c *contract, key string, margin time.Duration, now time.Time) error {
+	if margin <= 0 || !strict(c) {
+		return nil
+	}
+	if _, err := s.keysOf(c, key); err != nil {
+		return err
+	}
+	ms := algorithms.Millis(now)
+	m, end := algorithms.DurationMillis(margin), ms+algorithms.DurationMillis(MarginSpan)
+	lk := s.learner.key(key, now)
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	tr := startStore(ctx)
+	_, err := s.learnUpdate(ctx, c, key, lk, now, func(st *learn.State) bool { return st.Space(ms, m, end) }, false)
+	tr.done("clamp", err)
 	return err
 }
 
@@ -769,8 +794,12 @@ var _ Spacer = (*Shaper)(nil)
 // otherwise arrive too close. The margin is at most a tenth of the
 // interval. It applies to a strict contract only (every dimension of
 // burst 1) of at least MinSpacedInterval (50/s or slower); a burst
-// contract tolerates the lateness already, and Space does nothing. It never loosens a partner's clamp in force (see Clamp);
-// on a learning shaper the learned rate's clamp carries the margin.
+// contract tolerates the lateness already, and Space does nothing. It
+// never loosens a partner's clamp in force (see Clamp). On a shaper
+// WithLearning the margin goes into the key's learned record, fleet-wide,
+// and the learned rate's clamp carries it, by the learned interval, in
+// every process, from the call: the widest margin asked within MarginSpan
+// holds.
 // Package transport calls it for every key it sends on
 // (transport.WithSpacingMargin).
 func (s *Shaper) Space(ctx context.Context, key string, margin time.Duration) error {
@@ -788,10 +817,8 @@ func (s *Shaper) Space(ctx context.Context, key string, margin time.Duration) er
 	}
 	c := s.live()
 	now := s.cfg.clock.Now()
-	if s.learner != nil { // the learned clamp carries it, by the learned interval (marginMs)
-		lk := s.learner.key(key, now)
-		lk.margin.Store(int64(margin))
-		return nil
+	if s.learner != nil {
+		return s.learnSpace(ctx, c, key, margin, now)
 	}
 	interval, ok := strictInterval(c)
 	if !ok {
