@@ -353,6 +353,37 @@ func (s *Shaper) learnSync(ctx context.Context, c *contract, key string, now tim
 	_, _ = s.learnUpdate(ctx, c, key, lk, now, nil, false)
 }
 
+// learnPeek is learnSync for Status: the clamp renewed when due, as the
+// reservation right after would renew it, so that Status reads the slot
+// that reservation gets. A key the fleet has no record of gets none (the
+// reservation starts it, its clamp's first slot at once, as Status reads
+// the key unclamped): Status writes no record.
+func (s *Shaper) learnPeek(ctx context.Context, c *contract, key string, now time.Time) {
+	lk := s.learner.key(key, now)
+	if now.UnixNano() < lk.next.Load() {
+		return
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if now.UnixNano() < lk.next.Load() {
+		return
+	}
+	if lk.st.Event == learn.None {
+		ks, err := s.keysOf(c, key)
+		if err != nil {
+			return
+		}
+		cur, _, err := s.store.Learn(context.WithoutCancel(ctx), &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, &store.LearnOp{Now: algorithms.Millis(now), Want: learn.ReadOnly})
+		if err != nil || cur == "" {
+			return
+		}
+		if st, err := learn.Parse(cur); err == nil {
+			lk.st = st
+		} // a corrupt record: replaced, as the reservation would
+	}
+	_, _ = s.learnUpdate(ctx, c, key, lk, now, nil, false)
+}
+
 // learnUpdate applies f (nil: nothing) to key's record at now and writes
 // it back with the clamp its rate makes, when the record is still the one
 // this process read; otherwise it adopts the fleet's record and applies f
