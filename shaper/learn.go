@@ -87,7 +87,9 @@ type Feedback struct {
 	// RateLimit-Policy); the zero Rate when it states none.
 	Policy Rate
 	// Remaining and Reset are the partner's count of requests left until
-	// its reset, when HasRemaining.
+	// its reset, when HasRemaining. A Remaining of 0 with a Reset pauses
+	// the key until the reset (on every shaper, however short a Pause
+	// beside it): nothing departs before it.
 	Remaining    int64
 	Reset        time.Duration
 	HasRemaining bool
@@ -149,9 +151,6 @@ type learnedKey struct {
 	used atomic.Int64 // unix ns: the last reservation
 	mu   sync.Mutex
 	st   learn.State
-	// margin is what Space asked for, in ns: the learned clamp's
-	// interval carries it on a strict contract.
-	margin atomic.Int64
 	// The gate: the requests of this process holding a slot not yet
 	// come (out), and those waiting to take one, first come first served.
 	gmu   sync.Mutex
@@ -355,6 +354,37 @@ func (s *Shaper) learnSync(ctx context.Context, c *contract, key string, now tim
 	_, _ = s.learnUpdate(ctx, c, key, lk, now, nil, false)
 }
 
+// learnPeek is learnSync for Status: the clamp renewed when due, as the
+// reservation right after would renew it, so that Status reads the slot
+// that reservation gets. A key the fleet has no record of gets none (the
+// reservation starts it, its clamp's first slot at once, as Status reads
+// the key unclamped): Status writes no record.
+func (s *Shaper) learnPeek(ctx context.Context, c *contract, key string, now time.Time) {
+	lk := s.learner.key(key, now)
+	if now.UnixNano() < lk.next.Load() {
+		return
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if now.UnixNano() < lk.next.Load() {
+		return
+	}
+	if lk.st.Event == learn.None {
+		ks, err := s.keysOf(c, key)
+		if err != nil {
+			return
+		}
+		cur, _, err := s.store.Learn(context.WithoutCancel(ctx), &store.Learned{Base: s.cfg.prefix, Key: key, KeySet: ks}, &store.LearnOp{Now: algorithms.Millis(now), Want: learn.ReadOnly})
+		if err != nil || cur == "" {
+			return
+		}
+		if st, err := learn.Parse(cur); err == nil {
+			lk.st = st
+		} // a corrupt record: replaced, as the reservation would
+	}
+	_, _ = s.learnUpdate(ctx, c, key, lk, now, nil, false)
+}
+
 // learnUpdate applies f (nil: nothing) to key's record at now and writes
 // it back with the clamp its rate makes, when the record is still the one
 // this process read; otherwise it adopts the fleet's record and applies f
@@ -387,7 +417,7 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 			return false, nil // nothing to write, and the clamp is fresh
 		}
 		rate := st.Rate(ms, p)
-		cl := learnedClamp(c, ms, 1000/rate+s.marginMs(c, lk, rate))
+		cl := learnedClamp(c, ms, 1000/rate+marginMs(c, st.MarginAt(ms), rate))
 		add := lk.drain()
 		from := max(int64((ms-store.TallyLife)/store.TallyWidth), 1) // every tally the store keeps: the probe's evidence
 		cur, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: s.learner.ttl, Clamp: cl, Add: add, From: from, Reset: reset})
@@ -428,24 +458,29 @@ func learnedClamp(c *contract, ms, interval float64) *store.LearnClamp {
 	return &store.LearnClamp{Now: ms, Interval: interval, Span: algorithms.DurationMillis(learnClampSpan+c.maxQueue) + interval}
 }
 
-// marginMs is the margin Space set on lk, in ms, for a learned rate of
-// rate per second under contract c: none on a burst contract or a rate
-// faster than MinSpacedInterval, at most a tenth of the learned interval.
-func (s *Shaper) marginMs(c *contract, lk *learnedKey, rate float64) float64 {
-	m := time.Duration(lk.margin.Load())
-	if m <= 0 {
+// marginMs is the margin the learned clamp keeps, in ms, for a margin of
+// m ms in the key's record (Space) and a learned rate of rate per second
+// under contract c: none on a burst contract or a rate faster than
+// MinSpacedInterval, at most a tenth of the learned interval.
+func marginMs(c *contract, m, rate float64) float64 {
+	if !(m > 0) || !strict(c) {
 		return 0
-	}
-	for _, d := range c.dims {
-		if d.rate.burst() > 1 {
-			return 0
-		}
 	}
 	interval := time.Duration(float64(time.Second) / rate)
 	if interval < MinSpacedInterval {
 		return 0
 	}
-	return algorithms.DurationMillis(min(m, interval/10))
+	return min(m, algorithms.DurationMillis(interval/10))
+}
+
+// strict reports whether every dimension of contract c has a burst of 1.
+func strict(c *contract) bool {
+	for _, d := range c.dims {
+		if d.rate.burst() > 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // Learn takes a partner's feedback on key (see Feedback; package transport
@@ -455,7 +490,8 @@ func (s *Shaper) marginMs(c *contract, lk *learnedKey, rate float64) float64 {
 // holds the key and the rate resumes from where it was, paced, not in a
 // burst. Any shaper pauses the key for fb.Pause (see Pause; a burst
 // contract resumes paced at its rate for as long as the pause lasted, at
-// least a second) and clamps it to the remaining count (see Clamp).
+// least a second) and clamps it to the remaining count (see Clamp); none
+// remaining pauses it until the reset.
 // Feedback only ever slows a key below the shaper's contract.
 func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 	if s == nil {
@@ -473,6 +509,12 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 	pause := min(fb.Pause, MaxPause)
 	if s.learner == nil || s.rateless {
 		return s.plainFeedback(ctx, key, fb, pause)
+	}
+	if fb.HasRemaining && fb.Remaining == 0 && fb.Reset > 0 {
+		// Nothing left until the reset: a pause until it, fleet-wide (as
+		// Clamp's remaining <= 0 and a shaper that does not learn), not a
+		// rate of one per reset.
+		pause = max(pause, min(fb.Reset, MaxPause))
 	}
 	now := s.cfg.clock.Now()
 	ms := algorithms.Millis(now)
@@ -541,6 +583,29 @@ func (s *Shaper) learnCap(ctx context.Context, c *contract, key string, remainin
 	return err
 }
 
+// learnSpace is Space on a shaper WithLearning: the margin goes into
+// key's learned record, which every process's renewal of the learned
+// clamp reads (its interval carries the margin, by the learned interval:
+// marginMs), and the clamp is renewed with it in the same store call. The
+// widest margin in force holds (learn.State.Space).
+func (s *Shaper) learnSpace(ctx context.Context, c *contract, key string, margin time.Duration, now time.Time) error {
+	if margin <= 0 || !strict(c) {
+		return nil
+	}
+	if _, err := s.keysOf(c, key); err != nil {
+		return err
+	}
+	ms := algorithms.Millis(now)
+	m, end := algorithms.DurationMillis(margin), ms+algorithms.DurationMillis(MarginSpan)
+	lk := s.learner.key(key, now)
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	tr := startStore(ctx)
+	_, err := s.learnUpdate(ctx, c, key, lk, now, func(st *learn.State) bool { return st.Space(ms, m, end) }, false)
+	tr.done("clamp", err)
+	return err
+}
+
 // learnReset is Reset on a shaper WithLearning: key's schedule and pause
 // go, in the same store call that renews the learned rate's clamp, which
 // stays throughout: the key departs at its learned rate right after it,
@@ -555,17 +620,20 @@ func (s *Shaper) learnReset(ctx context.Context, c *contract, key string) error 
 }
 
 // plainFeedback is Learn on a shaper that does not learn: a pause, then
-// the remaining count as a clamp.
+// the remaining count as a clamp; with none remaining, a pause until the
+// reset, however short the pause asked for.
 func (s *Shaper) plainFeedback(ctx context.Context, key string, fb Feedback, pause time.Duration) error {
 	ctx = context.WithoutCancel(ctx)
 	if pause > 0 {
 		if err := s.Pause(ctx, key, pause); err != nil {
 			return err
 		}
-		return s.resumePaced(ctx, key, pause)
+		if err := s.resumePaced(ctx, key, pause); err != nil {
+			return err
+		}
 	}
-	if fb.HasRemaining && !s.rateless {
-		return s.Clamp(ctx, key, fb.Remaining, min(fb.Reset, MaxPause))
+	if fb.HasRemaining && !s.rateless && (pause <= 0 || fb.Remaining == 0) {
+		return s.Clamp(ctx, key, fb.Remaining, min(fb.Reset, MaxPause)) // remaining 0: a pause until the reset
 	}
 	return nil
 }
@@ -758,8 +826,12 @@ var _ Spacer = (*Shaper)(nil)
 // otherwise arrive too close. The margin is at most a tenth of the
 // interval. It applies to a strict contract only (every dimension of
 // burst 1) of at least MinSpacedInterval (50/s or slower); a burst
-// contract tolerates the lateness already, and Space does nothing. It never loosens a partner's clamp in force (see Clamp);
-// on a learning shaper the learned rate's clamp carries the margin.
+// contract tolerates the lateness already, and Space does nothing. It
+// never loosens a partner's clamp in force (see Clamp). On a shaper
+// WithLearning the margin goes into the key's learned record, fleet-wide,
+// and the learned rate's clamp carries it, by the learned interval, in
+// every process, from the call: the widest margin asked within MarginSpan
+// holds.
 // Package transport calls it for every key it sends on
 // (transport.WithSpacingMargin).
 func (s *Shaper) Space(ctx context.Context, key string, margin time.Duration) error {
@@ -777,10 +849,8 @@ func (s *Shaper) Space(ctx context.Context, key string, margin time.Duration) er
 	}
 	c := s.live()
 	now := s.cfg.clock.Now()
-	if s.learner != nil { // the learned clamp carries it, by the learned interval (marginMs)
-		lk := s.learner.key(key, now)
-		lk.margin.Store(int64(margin))
-		return nil
+	if s.learner != nil {
+		return s.learnSpace(ctx, c, key, margin, now)
 	}
 	interval, ok := strictInterval(c)
 	if !ok {

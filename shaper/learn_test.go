@@ -299,6 +299,45 @@ func TestLearnRefusesBadFeedback(t *testing.T) {
 	}
 }
 
+// "Nothing left until the reset" (Learn with Remaining 0) holds the key
+// until the reset, learning or not, with no pause or a shorter one asked
+// beside it: it is a pause until the reset, not a rate of one per reset
+// (defect 102: a learning key let its next request go at once), nor
+// dropped for a shorter Retry-After. Pausing is fleet-wide
+// (storetest.LearnedKeepsThePartnersWord runs it on every store).
+func TestNothingRemainingHoldsUntilTheReset(t *testing.T) {
+	const reset = 5 * time.Second
+	for _, learning := range []bool{false, true} {
+		for _, pause := range []time.Duration{0, time.Second} {
+			t.Run(fmt.Sprintf("learning %v, pause %v", learning, pause), func(t *testing.T) {
+				var opts []Option
+				if learning {
+					opts = append(opts, WithLearning(Learning{Start: PerSecond(10)}))
+				}
+				s, _, clock := newTest(t, PerSecond(10).WithBurst(10), opts...)
+				mustReserve(t, s, "k", 1) // a key with a record (when learning), and nothing queued
+				clock.Advance(time.Second)
+				at := clock.Now()
+				if err := s.Learn(bg, "k", Feedback{HasRemaining: true, Remaining: 0, Reset: reset, Pause: pause}); err != nil {
+					t.Fatal(err)
+				}
+				for i := range 3 {
+					if r := mustReserve(t, s, "k", 1); r.Time().Before(at.Add(reset)) {
+						t.Fatalf("request %d after 0 remaining until %v departs %v after it", i, reset, r.Time().Sub(at))
+					}
+				}
+				st, err := s.Status(bg, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if learning && st.Learned.Rate != 10 {
+					t.Fatalf("the learned rate after the pause: %v, want the 10/s it was (a pause, not a measurement)", st.Learned)
+				}
+			})
+		}
+	}
+}
+
 // A learning key's requests wait for a slot at most gateSpan ahead; a
 // wait that the learned rate says would pass MaxQueue or the deadline is
 // refused at once, consuming nothing.

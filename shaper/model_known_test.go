@@ -15,9 +15,6 @@ import (
 // defects' too.
 var knownDefects = map[int]string{
 	// Found by the model, not among issue 37's (numbered from 101).
-	defectZeroRemaining: "Learn with Remaining 0 (and no Pause) on a learning shaper lets one request depart before the reset (learn.State.Capped takes max(remaining, 1)); a shaper that does not learn pauses",
-	defectLearnedMargin: "Space on a learning shaper is kept in the calling process only (learnedKey.margin): another process's renewal of the learned clamp, every 250 ms, drops the margin fleet-wide",
-	defectLearnedStatus: "Status on a learning key reads the learned clamp as stored, while the reservation right after renews it first (learnSync): Status's Next is earlier than the slot granted",
 }
 
 // The defects the model found that issue 37 does not list.

@@ -31,6 +31,11 @@ type policyRec struct {
 	period time.Duration
 }
 
+// bounds reports whether it bounds the learned rate: a count of 0 is a
+// pause until its reset (docs/LEARNING.md: nothing remaining pauses the
+// key, and the rate resumes where it was after it), not a rate.
+func (p policyRec) bounds() bool { return p.kind != "remaining" || p.count > 0 }
+
 // rate is the rate it allows, per second.
 func (p policyRec) rate() float64 {
 	if p.kind == "remaining" {
@@ -39,9 +44,8 @@ func (p policyRec) rate() float64 {
 	return float64(p.count) / p.period.Seconds()
 }
 
-// spaceRec is a margin Space set: from from (the call, or on a learning
-// shaper the learned clamp's next renewal) to end, the departures granted
-// by later calls are at least gap apart.
+// spaceRec is a margin Space set: from from (the call) to end, the
+// departures granted by later calls are at least gap apart.
 type spaceRec struct {
 	op, until int
 	key       string
@@ -230,12 +234,12 @@ func (m *mrun) readLearned(si int, key, when string, pre []snap) {
 	// by a looser one may still hold it lower.
 	lowest := floor
 	for _, r := range m.learned {
-		if r.key == key && now.Before(r.end) {
+		if r.key == key && now.Before(r.end) && r.bounds() {
 			lowest = min(lowest, r.rate())
 		}
 	}
 	for _, r := range m.inForce(key, now) {
-		if l.Rate > r.rate()*(1+rel) && m.at(r.op) {
+		if r.bounds() && l.Rate > r.rate()*(1+rel) && m.at(r.op) {
 			m.failDefect(rateAboveStatement(r), "learn", "the learned rate of %q is %.9g/s, above the partner's %s of op %d (%.9g/s) in force until %s (%s)", key, l.Rate, r.kind, r.op, r.rate(), m.rel(r.end), when)
 		}
 	}
@@ -309,12 +313,11 @@ func (m *mrun) doSpace(o mop) {
 	if interval < shaper.MinSpacedInterval || mg <= 0 {
 		return
 	}
-	from := before
-	if m.cfg.learn { // the learned clamp carries it from its next renewal
-		from = before.Add(250 * time.Millisecond)
-	}
+	// On a learning shaper too the margin holds from the call: it goes into
+	// the learned record, and the learned clamp is renewed with it in the
+	// same store call.
 	m.endSpaces(key)
-	m.spaces = append(m.spaces, spaceRec{op: m.op, until: math.MaxInt, key: key, from: from, end: before.Add(shaper.MarginSpan), gap: interval + mg})
+	m.spaces = append(m.spaces, spaceRec{op: m.op, until: math.MaxInt, key: key, from: before, end: before.Add(shaper.MarginSpan), gap: interval + mg})
 	mk := m.key(key)
 	mk.clampHi = maxTime(mk.clampHi, before.Add(shaper.MarginSpan))
 }
@@ -402,9 +405,10 @@ func remainingDefect(r policyRec) int {
 	return 18
 }
 
-// spaceDefect: on a learning shaper the margin is kept in the process
-// that called Space (the learned clamp carries it), and another process's
-// renewal of the learned clamp drops it: the defect the model found.
+// spaceDefect: on a learning shaper the margin was kept in the process
+// that called Space, and another process's renewal of the learned clamp
+// dropped it: the defect the model found (fixed: the margin is in the
+// learned record).
 func (m *mrun) spaceDefect() int {
 	if m.cfg.learn && m.cfg.fleet {
 		return defectLearnedMargin

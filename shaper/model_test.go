@@ -2455,6 +2455,33 @@ func regressions(world string) []sequence {
 		mop{kind: opBurst, key: 2, n: 30, cost: 1}, advance(357*time.Millisecond), mop{kind: opCancel, ref: 20, mode: 1},
 		settle(3, 9), reserve(2, 1))
 
+	// "0 remaining until a reset 3 s away", said to a learning shaper's
+	// Learn with no pause, on a key with no slot queued: nothing departs
+	// before the reset (defectZeroRemaining: a rate of one per reset let
+	// the next request go at once).
+	learning := modelCfg{dims: 1, alg: "leaky", learn: true}
+	add("0 remaining on a learning key", learning, []shaper.Rate{shaper.PerSecond(10).WithBurst(10)}, shaper.DefaultMaxQueue, 0,
+		reserve(0, 1), advance(time.Second), mop{kind: opLearn, key: 0, mode: 6, sel: 0, cp: 0}, reserve(0, 1), reserve(0, 1))
+
+	// A margin asked for through one process holds in the other's
+	// reservations too: its renewal of the learned clamp keeps it
+	// (defectLearnedMargin). The key learns the contract's 25/s from the
+	// start: the margin is judged on the contract's interval.
+	margin := sequence{cfg: modelCfg{world: world, dims: 1, alg: "leaky", fleet: true, learn: true}, initial: []shaper.Rate{shaper.PerSecond(25)}, mq: shaper.DefaultMaxQueue,
+		refresh: 10 * time.Millisecond, label: " (a margin on a learning fleet)", feat: features{maxRun: -1, permits: 1, learn: shaper.Learning{Start: shaper.PerSecond(25)}},
+		ops: []mop{{kind: opReserve, sh: 0, key: 0, cost: 1}, {kind: opReserve, sh: 1, key: 0, cost: 1},
+			{kind: opSpace, sh: 0, key: 0, mode: 0}, advance(300 * time.Millisecond),
+			{kind: opBurst, sh: -1, key: 0, n: 8, cost: 1}, advance(300 * time.Millisecond), {kind: opBurst, sh: -1, key: 0, n: 8, cost: 1}}}
+	out = append(out, margin)
+
+	// Status on a learning key whose clamp is due for renewal, after a
+	// contract lowered below the learned rate: the reservation right after
+	// renews the clamp, at the lower rate; Status must read what it gets
+	// (defectLearnedStatus).
+	add("Status on a learning key after a lower contract", learning, []shaper.Rate{shaper.PerSecond(100).WithBurst(100)}, shaper.DefaultMaxQueue, 0,
+		reserve(0, 1), reserve(0, 1), reserve(0, 1), mop{kind: opSetRate, rate: shaper.PerMinute(7).WithBurst(100)},
+		advance(300*time.Millisecond), mop{kind: opStatus, key: 0})
+
 	// Behind an Interactive backlog past MaxQueue, a Batch request is owed
 	// a turn after MaxPriorityRun (1) of them: refused at once, it lost it
 	// (issue 37, defect 1).

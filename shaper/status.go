@@ -61,7 +61,10 @@ type DimensionStatus struct {
 // with the binding one named. On Redis it is one read-only script call, on
 // Redis TIME; while Redis is down FailLocal answers from its local store
 // and the other policies fail (ErrStoreUnavailable). Costs are checked as
-// Reserve checks them.
+// Reserve checks them. On a shaper WithLearning, when the key's learned
+// clamp is due for renewal, Status renews it first, as the reservation
+// right after it would (it consumes nothing, and writes no record for a
+// key the fleet has none of): Next is the slot that reservation gets.
 //
 // A partner's clamp (Shaper.Clamp) counts as the calls would find it:
 // while it holds a key until its reset, nothing departs on the key before
@@ -102,6 +105,9 @@ func (s *Shaper) status(ctx context.Context, key string, cost int64) (Status, er
 	}
 	if s.refresh > 0 {
 		s.refreshAt(now)
+	}
+	if s.learner != nil { // the learned rate's clamp, renewed when due, as the reservation right after would (decide)
+		s.learnPeek(ctx, c, key, now)
 	}
 	ks, err := s.keysOf(c, key)
 	if err != nil {

@@ -120,6 +120,37 @@ type State struct {
 	// (a probe's step, a policy above) does not: they still say the
 	// partner refused less.
 	HoldFrom float64
+	// Margin is the spacing margin (ms) the fleet keeps between the
+	// key's departures until MarginEnd, beside the rate (shaper.Space):
+	// every process's clamp carries it, not only the one that asked.
+	Margin    float64
+	MarginEnd float64
+}
+
+// MarginAt is the spacing margin in force at now, ms (0: none).
+func (s *State) MarginAt(now float64) float64 {
+	if s.Margin > 0 && now < s.MarginEnd {
+		return s.Margin
+	}
+	return 0
+}
+
+// Space keeps a spacing margin of margin ms between the key's departures
+// until end (shaper.Space). The widest margin in force holds: a narrower
+// one extends its end, never narrows it, so that no process's margin is
+// dropped by another's. It reports whether s changed (a call that
+// neither widens the margin nor extends its end does not).
+func (s *State) Space(now, margin, end float64) bool {
+	if !(margin > 0) || !(end > now) || math.IsInf(margin, 1) {
+		return false
+	}
+	m := max(margin, s.MarginAt(now))
+	if m == s.Margin && end <= s.MarginEnd {
+		return false
+	}
+	s.Ver = NextVersion(s.Ver)
+	s.Margin, s.MarginEnd = m, max(end, s.MarginEnd)
+	return true
 }
 
 // Rate is the rate in force at now: after a refusal, Base rising over
@@ -312,12 +343,14 @@ func (s *State) Advertise(now, rate, end float64, p Params) (changed bool) {
 // as Clamp's do, except one no tighter that ends no later: the one in
 // force covers it (and nothing need be written). A count with none in
 // force is recorded even when the rate is below it, so that no probe
-// passes it before its reset.
+// passes it before its reset. A count below 1 is no rate: nothing may
+// depart before the reset, which is a pause (the caller's: shaper.Learn
+// pauses the key until the reset), and Capped changes nothing.
 func (s *State) Capped(now, remaining, reset float64, p Params) bool {
-	if !(reset > 0) || !(remaining >= 0) {
+	if !(reset > 0) || !(remaining >= 1) {
 		return false
 	}
-	cap := max(remaining, 1) * 1000 / reset
+	cap := remaining * 1000 / reset
 	if s.Cap > 0 && now < s.CapEnd && cap >= s.Cap && now+reset <= s.CapEnd {
 		return false
 	}
@@ -360,7 +393,7 @@ func (s State) String() string {
 	var b strings.Builder
 	b.WriteString(strconv.FormatUint(s.Ver, 10))
 	for _, f := range []float64{s.Base, s.Max, float64(s.Level), s.Prev, float64(s.PrevLevel), s.T0, float64(s.Event), s.Policy, s.PolicyEnd, s.Cap, s.CapEnd,
-		s.Found, float64(s.Step), s.HoldFrom} {
+		s.Found, float64(s.Step), s.HoldFrom, s.Margin, s.MarginEnd} {
 		b.WriteByte(' ')
 		b.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
 	}
@@ -369,20 +402,21 @@ func (s State) String() string {
 
 // Parse decodes what String encoded; "" is the zero State (no record). A
 // record of the 12 fields written before Found, Step and HoldFrom reads
-// with them 0 (HoldFrom T0).
+// with them 0 (HoldFrom T0); one of the 15 written before Margin and
+// MarginEnd, with no margin.
 func Parse(v string) (State, error) {
 	if v == "" {
 		return State{}, nil
 	}
 	fs := strings.Fields(v)
-	if len(fs) != 15 && len(fs) != 12 {
-		return State{}, fmt.Errorf("learned record %q: %d fields, want 15", v, len(fs))
+	if len(fs) != 17 && len(fs) != 15 && len(fs) != 12 {
+		return State{}, fmt.Errorf("learned record %q: %d fields, want 17", v, len(fs))
 	}
 	ver := Version(v)
 	if ver == 0 {
 		return State{}, fmt.Errorf("learned record %q: version %q is not a number from 1 to %d without a leading zero", v, fs[0], uint64(ReadOnly))
 	}
-	var n [14]float64
+	var n [16]float64
 	var err error
 	for i := range len(fs) - 1 {
 		n[i], err = strconv.ParseFloat(fs[i+1], 64)
@@ -405,7 +439,7 @@ func Parse(v string) (State, error) {
 		return State{}, fmt.Errorf("learned record %q: step %v out of range", v, n[12])
 	}
 	return State{Ver: ver, Base: n[0], Max: n[1], Level: int(n[2]), Prev: n[3], PrevLevel: int(n[4]), T0: n[5], Event: Event(n[6]),
-		Policy: n[7], PolicyEnd: n[8], Cap: n[9], CapEnd: n[10], Found: n[11], Step: int(n[12]), HoldFrom: n[13]}, nil
+		Policy: n[7], PolicyEnd: n[8], Cap: n[9], CapEnd: n[10], Found: n[11], Step: int(n[12]), HoldFrom: n[13], Margin: n[14], MarginEnd: n[15]}, nil
 }
 
 // Version reads the version of an encoded record without parsing the

@@ -16,6 +16,7 @@ func TestEncodingRoundTrips(t *testing.T) {
 	}
 	st.Advertise(6000, 30, 66000, p)
 	st.Capped(7000, 3, 1000, p)
+	st.Space(7500, 4, 67500)
 	got, err := Parse(st.String())
 	if err != nil || got != st {
 		t.Fatalf("Parse(String()) = %+v, %v; want %+v", got, err, st)
@@ -34,6 +35,91 @@ func TestEncodingRoundTrips(t *testing.T) {
 	old, err := Parse("7 10 20 1 0 0 5000 2 0 0 0 0")
 	if err != nil || old.Ver != 7 || old.Max != 20 || old.HoldFrom != 5000 || old.Step != 0 {
 		t.Fatalf("an older record: %+v, %v", old, err)
+	}
+	// And one written before Margin and MarginEnd, with no margin.
+	old, err = Parse("7 10 20 1 0 0 5000 2 0 0 0 0 0 0 5000")
+	if err != nil || old.Ver != 7 || old.HoldFrom != 5000 || old.MarginAt(5000) != 0 {
+		t.Fatalf("a record without a margin: %+v, %v", old, err)
+	}
+	for _, bad := range []string{"1 1 1 0 0 0 0 1 0 0 0 0 0 0 0 -4 9", "1 1 1 0 0 0 0 1 0 0 0 0 0 0 0 4 NaN", "1 1 1 0 0 0 0 1 0 0 0 0 0 0 0 4"} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("Parse(%q) accepted a malformed margin", bad)
+		}
+	}
+}
+
+// "Nothing remaining until the reset" is no rate: Capped records nothing
+// for a count below 1 (the caller pauses the key until the reset), so a
+// rate of one per reset never lets a request go before it (defect 102).
+func TestNothingRemainingIsNoRate(t *testing.T) {
+	t.Parallel()
+	st := Start(0, 1000, p)
+	before := st
+	for _, n := range []float64{0, 0.5, -1, math.NaN()} {
+		if st.Capped(2000, n, 5000, p) || st != before {
+			t.Fatalf("Capped(%v remaining) changed the record: %+v", n, st)
+		}
+	}
+	if !st.Capped(2000, 1, 5000, p) || st.Rate(2000, p) != 0.2 {
+		t.Fatalf("Capped(1 remaining in 5 s): rate %v, want 0.2", st.Rate(2000, p))
+	}
+}
+
+// Whatever else changes the record (refusals, policies, counts, pauses,
+// the probe's steps, other margins), a margin Space set holds until its
+// end, at least as wide as asked: every process's renewal of the learned
+// clamp reads it from the record (defect 103: it was kept in the process
+// that asked). A change raises the version; the record round-trips.
+func TestAMarginHoldsWhateverElseChanges(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(50) {
+		rng := rand.New(rand.NewPCG(seed, 103))
+		st := Start(0, 0, p)
+		now := 0.0
+		type asked struct{ m, end float64 }
+		var margins []asked
+		for range 300 {
+			now += rng.Float64() * 3000
+			ver := st.Ver
+			changed := false
+			switch rng.IntN(7) {
+			case 0:
+				m, end := []float64{1, 2, 4, 10}[rng.IntN(4)], now+60_000
+				changed = st.Space(now, m, end)
+				margins = append(margins, asked{m, end})
+			case 1:
+				changed = st.Refuse(now, now-rng.Float64()*3000, rng.Float64()*300-50, p)
+			case 2:
+				changed = st.Advertise(now, rng.Float64()*300, now+rng.Float64()*60_000, p)
+			case 3:
+				changed = st.Capped(now, float64(rng.IntN(50)), rng.Float64()*10_000, p)
+			case 4:
+				changed = st.Pause(now, rng.Float64()*5000, p)
+			case 5:
+				changed = st.Probe(now, accepting(now, st.Rate(now, p)), p)
+			case 6:
+				changed = st.Space(now, 0, now+60_000) // no margin: nothing
+				if changed {
+					t.Fatalf("seed %d: a margin of 0 changed the record", seed)
+				}
+			}
+			if changed != (st.Ver != ver) {
+				t.Fatalf("seed %d: changed %v but version %d -> %d", seed, changed, ver, st.Ver)
+			}
+			for _, a := range margins {
+				for _, at := range []float64{now, (now + a.end) / 2} {
+					if at < a.end && st.MarginAt(at) < a.m {
+						t.Fatalf("seed %d: a margin of %v ms asked until %v holds %v ms at %v: %+v", seed, a.m, a.end, st.MarginAt(at), at, st)
+					}
+				}
+			}
+			if got, err := Parse(st.String()); err != nil || got != st {
+				t.Fatalf("seed %d: round trip %+v, %v; want %+v", seed, got, err, st)
+			}
+		}
+		if len(margins) == 0 {
+			t.Fatalf("seed %d: no margin asked", seed)
+		}
 	}
 }
 

@@ -37,10 +37,18 @@ type Fleet struct {
 	// Answer is the partner's answer to a request that departed at dep
 	// through s; it calls s.Learn (or nothing).
 	Answer func(s *shaper.Shaper, dep time.Time)
+	// StatusEvery > 0 reads Status before every StatusEvery-th
+	// reservation, through the same shaper at the same instant, and fails
+	// the run when the reservation does not agree with it
+	// (CheckStatusPredicts).
+	StatusEvery int
+	// Name names the run in a failure (a seed).
+	Name string
 	// Deps are the departures so far, in the order they departed.
 	Deps []Departure
 
-	callers []fleetCaller
+	callers  []fleetCaller
+	reserves int
 }
 
 type fleetCaller struct {
@@ -90,7 +98,21 @@ func (f *Fleet) Run(t testing.TB, d time.Duration, step func(now time.Time) bool
 		s := f.Shapers[next%len(f.Shapers)]
 		switch c.state {
 		case 0:
+			check := f.StatusEvery > 0 && f.reserves%f.StatusEvery == 0
+			f.reserves++
+			var st shaper.Status
+			if check {
+				var err error
+				if st, err = s.Status(bg, f.Key, 1); err != nil {
+					t.Fatalf("Status: %v", err)
+				}
+			}
 			r, err := s.Reserve(bg, f.Key, 1)
+			if check {
+				if msg := CheckStatusPredicts(st, f.Clock.Now(), r, err); msg != "" {
+					t.Fatalf("%s at %v, after %d departures: %s", f.Name, f.Clock.Now().Sub(T0), len(f.Deps), msg)
+				}
+			}
 			switch {
 			case errors.Is(err, shaper.ErrQueueFull):
 				c.at = c.at.Add(time.Second)
@@ -109,6 +131,30 @@ func (f *Fleet) Run(t testing.TB, d time.Duration, step func(now time.Time) bool
 			c.state = 0
 		}
 	}
+}
+
+// CheckStatusPredicts returns what is wrong (or "") with a reservation of
+// cost 1 made at now, right after a Status of the key read at the same
+// instant through the same shaper, as Status promises (docs/SHAPER.md):
+// a grant no later than Next; at once when Status said a unit remains
+// with no pause; a QueueFullError only when Next is past MaxQueue. 1 µs
+// for the float64 ms a store computes in.
+func CheckStatusPredicts(st shaper.Status, now time.Time, r shaper.Reservation, err error) string {
+	var qf *shaper.QueueFullError
+	switch {
+	case errors.As(err, &qf):
+		if qf.MaxQueue > 0 && st.Next.Sub(now) <= qf.MaxQueue-time.Microsecond {
+			return fmt.Sprintf("Status said a request could depart in %v (Next), within MaxQueue %v, and the Reserve right after was refused: %v", st.Next.Sub(now), qf.MaxQueue, err)
+		}
+	case err != nil:
+		return fmt.Sprintf("Reserve after Status: %v", err)
+	case r.Time().After(st.Next.Add(time.Microsecond)):
+		return fmt.Sprintf("Status said a request could depart in %v (Next), and the Reserve right after was granted a slot in %v, %v later (binding %q, paused until %v)",
+			st.Next.Sub(now), r.Time().Sub(now), r.Time().Sub(st.Next), st.Binding, st.PausedUntil.Sub(now))
+	case st.Remaining >= 1 && st.PausedUntil.IsZero() && r.Delay > time.Microsecond:
+		return fmt.Sprintf("Status said %d remaining, and the Reserve right after waits %v", st.Remaining, r.Delay)
+	}
+	return ""
 }
 
 // Idle keeps the callers waiting to reserve from reserving for d: the
@@ -138,6 +184,27 @@ func Spaced(deps []Departure, from, until time.Time, interval time.Duration) err
 		if gap := d.At.Sub(ds[i-1].At); gap < interval-time.Microsecond {
 			return fmt.Errorf("a departure granted %v after the statement left %v after the one before (at %v), want at least %v",
 				d.Granted.Sub(from), gap, ds[i-1].At.Sub(from), interval)
+		}
+	}
+	return nil
+}
+
+// SpacedAmong checks that the departures granted at or after from, and
+// departing before until, left at least interval apart from each other:
+// a pace set at from (a margin) binds the slots granted after it, while
+// those granted before keep their times.
+func SpacedAmong(deps []Departure, from, until time.Time, interval time.Duration) error {
+	var ds []Departure
+	for _, d := range deps {
+		if !d.Granted.Before(from) && d.At.Before(until) {
+			ds = append(ds, d)
+		}
+	}
+	slices.SortStableFunc(ds, func(a, b Departure) int { return a.At.Compare(b.At) })
+	for i := 1; i < len(ds); i++ {
+		if gap := ds[i].At.Sub(ds[i-1].At); gap < interval-time.Microsecond {
+			return fmt.Errorf("two departures granted %v and %v after it left %v apart (at %v and %v), want at least %v",
+				ds[i-1].Granted.Sub(from), ds[i].Granted.Sub(from), gap, ds[i-1].At.Sub(from), ds[i].At.Sub(from), interval)
 		}
 	}
 	return nil
@@ -292,6 +359,103 @@ func LearnedKeepsThePartnersWord(t *testing.T, c Candidate) {
 			t.Fatalf("after a Reset: %v (%d departures in its first second)", err, Within(f.Deps, at, at.Add(time.Second)))
 		}
 	})
+	// "Nothing left until the reset", said to Learn without a pause (a
+	// caller without the transport), holds the whole fleet until the
+	// reset, as on a shaper that does not learn: not a rate of one per
+	// reset, which let one request go at once (defect 102).
+	t.Run("nothing remaining", func(t *testing.T) {
+		clk := timer.NewFake(T0)
+		ss := fleet(t, "none", c.New(), clk)
+		answer := func(s *shaper.Shaper, dep time.Time) {
+			_ = s.Learn(bg, "k", shaper.Feedback{Departed: dep, Policy: shaper.PerSecond(20)})
+		}
+		answer(ss[0], clk.Now()) // the key learned 20/s, and no slot is queued: the next request could leave at once
+		clk.Advance(time.Second)
+		const reset = 5 * time.Second
+		at := clk.Now()
+		if err := ss[1].Learn(bg, "k", shaper.Feedback{HasRemaining: true, Remaining: 0, Reset: reset}); err != nil {
+			t.Fatal(err)
+		}
+		f := &Fleet{Clock: clk, Shapers: ss, Key: "k", Callers: 4, Answer: answer}
+		f.Run(t, reset+2*time.Second, nil)
+		if n := Within(f.Deps, at, at.Add(reset)); n > 0 {
+			t.Fatalf("0 remaining until a reset %v away: %d departures granted after it departed before the reset", reset, n)
+		}
+		if n := Within(f.Deps, at.Add(reset), clk.Now()); n < 20 {
+			t.Fatalf("%d departures in the 2 s after the reset, at a learned 20/s", n)
+		}
+	})
+	// A margin set through one process (Space) spaces every process's
+	// departures: the other's renewal of the learned clamp, every 250 ms,
+	// keeps it (defect 103: it dropped it, and every other departure left
+	// at the bare interval).
+	t.Run("margin", func(t *testing.T) {
+		clk := timer.NewFake(T0)
+		ss := fleet(t, "margin", c.New(), clk)
+		f := &Fleet{Clock: clk, Shapers: ss, Key: "k", Callers: 4,
+			Answer: func(s *shaper.Shaper, dep time.Time) {
+				_ = s.Learn(bg, "k", shaper.Feedback{Departed: dep, Policy: shaper.PerSecond(10)})
+			}}
+		f.Run(t, 2*time.Second, nil)
+		at := clk.Now()
+		if err := ss[0].Space(bg, "k", 4*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		f.Run(t, 5*time.Second, nil)
+		if n := Within(f.Deps, at, clk.Now()); n < 40 {
+			t.Fatalf("%d departures in the 5 s after the margin, at a learned 10/s", n)
+		}
+		if err := SpacedAmong(f.Deps, at, clk.Now(), 104*time.Millisecond); err != nil {
+			t.Fatalf("a 4 ms margin set through one of two processes, on a key learned at 10/s: %v", err)
+		}
+	})
+	// Status predicts the reservation made right after it, through the
+	// same process at the same instant, when the learned clamp is due for
+	// renewal and the renewal moves the key's next slot: a margin asked
+	// for since the last renewal, a contract lowered below the learned
+	// rate (defect 104: Status read the clamp as stored, and the
+	// reservation, which renews it first, was granted later than Next).
+	t.Run("status predicts the reservation", func(t *testing.T) {
+		for i, tc := range []struct {
+			name   string
+			rate   shaper.Rate
+			policy shaper.Rate
+			change func(s *shaper.Shaper) error
+		}{
+			{"a margin", shaper.PerSecond(100), shaper.PerSecond(10), func(s *shaper.Shaper) error { return s.Space(bg, "k", 4*time.Millisecond) }},
+			{"a lower contract", shaper.PerSecond(100).WithBurst(100), shaper.PerSecond(50), func(s *shaper.Shaper) error { return s.SetRate(bg, "", shaper.PerSecond(10).WithBurst(100)) }},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				clk := timer.NewFake(T0)
+				s, err := shaper.New(c.New(), tc.rate, shaper.WithClock(clk), shaper.WithContractRefresh(0),
+					shaper.WithPrefix(fmt.Sprintf("keep-%s-status%d:", c.Name, i)),
+					shaper.WithLearning(shaper.Learning{Start: shaper.PerSecond(10)}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Learn(bg, "k", shaper.Feedback{Policy: tc.policy}); err != nil {
+					t.Fatal(err)
+				}
+				for range 20 { // slots queued: the clamp's next one is ahead
+					if _, err := s.Reserve(bg, "k", 1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := tc.change(s); err != nil {
+					t.Fatal(err)
+				}
+				clk.Advance(260 * time.Millisecond) // the learned clamp is due for renewal
+				st, err := s.Status(bg, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := s.Reserve(bg, "k", 1)
+				if msg := CheckStatusPredicts(st, clk.Now(), r, err); msg != "" {
+					t.Fatal(msg)
+				}
+			})
+		}
+	})
 	// A record whose version is about to wrap: the fleet's next change
 	// must not read as "no record" to a process that joins, which would
 	// replace the fleet's record with its start (defect 27).
@@ -336,12 +500,16 @@ func LearnedKeepsThePartnersWord(t *testing.T, c Candidate) {
 	})
 }
 
-// statement is what a partner (or the user, with Clamp) said at At: until
-// End, departures granted from At on leave at least Interval apart.
+// statement is what a partner (or the user, with Clamp or Space) said at
+// At: until End, departures granted from At on leave at least Interval
+// apart (after the departure before them; with among, after the one
+// before them granted from At on: a margin); with none, none departs.
 type statement struct {
 	what     string
 	at, end  time.Time
 	interval time.Duration
+	none     bool
+	among    bool
 }
 
 // LearnedKeepsWhatIsStatedWhateverTheFeedback is the class test of what
@@ -350,14 +518,21 @@ type statement struct {
 // contract of 20/s) against a partner that changes its ways every few
 // seconds — a hidden limit refusing with plain 429s, a stated policy
 // (slow, fast, flipping), a fixed window with its remaining count and
-// reset near or far (pausing the key when nothing is left), a storm of
-// 503s with Retry-After — with the user's Clamp, Reset, and idle gaps
+// reset near or far (pausing the key when nothing is left, as the
+// transport does, or saying "0 remaining" with or without a shorter
+// pause, as a caller of Learn may), a storm of 503s with Retry-After —
+// with the user's Clamp, Reset, spacing margins (Space, through either
+// process), contract changes (SetRate, slower and back), and idle gaps
 // between. It checks, replaying the departures, that every departure
 // granted after a statement (a policy while it holds, a remaining count
 // until its reset or the next count, a Clamp until its reset) left at
-// least the stated interval after the one before it, and that the learned
-// rate Status reports never exceeds the contract, nor a policy or a count
-// in force.
+// least the stated interval after the one before it; that none granted
+// after "0 remaining" departs before its reset (unless a Reset forgot
+// it); that those granted after a margin, while it holds, are the
+// contract's interval plus the margin apart from each other, fleet-wide;
+// that the learned rate Status reports never exceeds the contract, nor a
+// policy or a count in force; and that a Status read right before a
+// reservation (every third) predicts it (CheckStatusPredicts).
 func LearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T, c Candidate, seeds int) {
 	t.Helper()
 	const contract = 20.0
@@ -366,7 +541,11 @@ func LearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T, c Candidate, seed
 		st := c.New()
 		prefix := fmt.Sprintf("keepall%d-%s:", seed, c.Name)
 		mk := func() *shaper.Shaper {
+			// No background read of the contract: it could land between a
+			// Status and the reservation it predicts (each process follows
+			// its own SetRate; on memory, every one's at once).
 			s, err := shaper.New(st, shaper.PerSecond(contract), shaper.WithClock(clk), shaper.WithPrefix(prefix), shaper.WithMaxQueue(10*time.Second),
+				shaper.WithContractRefresh(0),
 				shaper.WithLearning(shaper.Learning{Start: shaper.PerSecond(5), Floor: shaper.PerSecond(1)}))
 			if err != nil {
 				t.Fatal(err)
@@ -377,7 +556,7 @@ func LearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T, c Candidate, seed
 		var said []*statement
 		// What is in force, for the Status check: the latest policy, and
 		// the latest count (or Clamp).
-		var policy, count *statement
+		var policy, count, margin *statement
 		// state records a statement; it ends the one of its kind before
 		// it, which the latest replaces (a policy) or a tighter one keeps
 		// (a count, a Clamp).
@@ -398,6 +577,7 @@ func LearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T, c Candidate, seed
 		var window time.Duration
 		var left, per int
 		var windowEnd time.Time
+		var direct bool                    // mode 2: "0 remaining" said to Learn, not a pause
 		admit := func(at time.Time) bool { // the hidden token bucket
 			if !last.IsZero() {
 				tokens = min(burst, tokens+at.Sub(last).Seconds()*limit)
@@ -426,7 +606,7 @@ func LearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T, c Candidate, seed
 				t.Fatalf("seed %d, %s: the learned rate %v is above %v (the contract, a policy or a count in force): %v %q", seed, when, r, bound, stat.Learned, rec)
 			}
 		}
-		f := &Fleet{Clock: clk, Shapers: []*shaper.Shaper{mk(), mk()}, Key: "k", Callers: 4}
+		f := &Fleet{Clock: clk, Shapers: []*shaper.Shaper{mk(), mk()}, Key: "k", Callers: 4, StatusEvery: 1, Name: fmt.Sprintf("seed %d", seed)}
 		f.Answer = func(s *shaper.Shaper, dep time.Time) {
 			fb := shaper.Feedback{Departed: dep}
 			switch mode {
@@ -460,8 +640,17 @@ func LearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T, c Candidate, seed
 					left, windowEnd = per, windowEnd.Add(window*time.Duration(1+clk.Now().Sub(windowEnd)/window))
 				}
 				fb.HasRemaining, fb.Remaining, fb.Reset = true, int64(left), windowEnd.Sub(clk.Now())
-				if left == 0 {
-					fb.Pause = min(fb.Reset, 3*time.Second) // as transport.WithMaxPause(3 s) would cut it
+				switch {
+				case left == 0 && direct: // "nothing left until the reset", with or without a shorter pause: nothing departs before it
+					if rng.IntN(2) == 0 {
+						fb.Pause = min(fb.Reset, time.Second)
+					}
+					if n := len(said); n == 0 || !said[n-1].none || !said[n-1].end.Equal(windowEnd) {
+						said = append(said, &statement{what: "0 remaining until " + windowEnd.Sub(T0).String(), at: clk.Now(), end: windowEnd, none: true})
+					}
+				case left == 0: // as transport.Feedback: a limit with nothing left is a pause until its reset, here cut by WithMaxPause(3 s)
+					fb.HasRemaining, fb.Remaining, fb.Reset = false, 0, 0
+					fb.Pause = min(windowEnd.Sub(clk.Now()), 3*time.Second)
 				}
 			case 3: // a storm of 503s
 				fb.Refused, fb.Pause = true, time.Second
@@ -494,7 +683,8 @@ func LearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T, c Candidate, seed
 					pol = shaper.Rate{Count: int64(1 + rng.IntN(5)), Period: time.Duration(5+rng.IntN(25)) * time.Second}
 				}
 			case 2:
-				if rng.IntN(4) != 0 {
+				direct = rng.IntN(3) == 0
+				if direct || rng.IntN(4) != 0 { // a pause until a reset minutes away would idle the rest of the run
 					window, per = time.Duration(1+rng.IntN(10))*time.Second, 1+rng.IntN(60)
 				} else {
 					window, per = time.Duration(1+rng.IntN(10))*time.Minute, 60+rng.IntN(3000)
@@ -502,10 +692,15 @@ func LearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T, c Candidate, seed
 				left, windowEnd = per, clk.Now().Add(window)
 			}
 			s := f.Shapers[rng.IntN(2)]
-			switch rng.IntN(8) {
+			switch rng.IntN(11) {
 			case 0:
 				if err := s.Reset(bg, "k"); err != nil {
 					t.Fatalf("seed %d: Reset: %v", seed, err)
+				}
+				for _, st := range said { // a Reset forgets the key's pause
+					if st.none && st.end.After(clk.Now()) {
+						st.end = clk.Now()
+					}
 				}
 			case 1: // a process restarts: what it held is gone, the store's record stays
 				f.Shapers[rng.IntN(2)] = mk()
@@ -519,6 +714,23 @@ func LearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T, c Candidate, seed
 				}
 			case 3:
 				f.Idle(time.Duration(rng.IntN(30)) * time.Second)
+			case 4: // a margin, through either process: the contract's interval (at least 50 ms) plus it, at most a tenth
+				m := []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 10 * time.Millisecond}[rng.IntN(3)]
+				if err := s.Space(bg, "k", m); err != nil {
+					t.Fatalf("seed %d: Space: %v", seed, err)
+				}
+				margin = state(margin, fmt.Sprintf("margin %v", m), time.Second/contract+min(m, time.Second/contract/10), shaper.MarginSpan)
+				margin.among = true
+			case 5: // the contract, slower (below the learned rate, often; with a burst, which leaves the learned clamp binding) and back
+				if err := s.SetRate(bg, "", []shaper.Rate{shaper.PerSecond(1).WithBurst(30), shaper.PerSecond(4).WithBurst(40), shaper.PerSecond(contract / 2), shaper.PerSecond(contract)}[rng.IntN(4)]); err != nil {
+					t.Fatalf("seed %d: SetRate: %v", seed, err)
+				}
+			case 6: // "0 remaining" from a caller of Learn between responses, the key busy or idle
+				reset := time.Duration(1+rng.IntN(5)) * time.Second
+				if err := s.Learn(bg, "k", shaper.Feedback{HasRemaining: true, Remaining: 0, Reset: reset}); err != nil {
+					t.Fatalf("seed %d: Learn: %v", seed, err)
+				}
+				said = append(said, &statement{what: "0 remaining until " + reset.String(), at: clk.Now(), end: clk.Now().Add(reset), none: true})
 			}
 			n0 := len(f.Deps)
 			f.Run(t, time.Duration(500+rng.IntN(8000))*time.Millisecond, nil)
@@ -529,7 +741,18 @@ func LearnedKeepsWhatIsStatedWhateverTheFeedback(t *testing.T, c Candidate, seed
 		}
 		checked := 0
 		for _, s := range said {
-			if err := Spaced(f.Deps, s.at, s.end, s.interval); err != nil {
+			var err error
+			switch {
+			case s.none:
+				if n := Within(f.Deps, s.at, s.end); n > 0 {
+					err = fmt.Errorf("%d departures granted after it departed before the reset", n)
+				}
+			case s.among:
+				err = SpacedAmong(f.Deps, s.at, s.end, s.interval)
+			default:
+				err = Spaced(f.Deps, s.at, s.end, s.interval)
+			}
+			if err != nil {
 				t.Fatalf("seed %d: %s at %v (until %v): %v", seed, s.what, s.at.Sub(T0), s.end.Sub(T0), err)
 			}
 			checked += Within(f.Deps, s.at, s.end)
