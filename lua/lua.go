@@ -105,13 +105,13 @@ var (
 	//go:embed permit_take.lua
 	PermitTake string
 
-	// PermitRelease gives back one lease of an in-flight key if it holds the
-	// id, and then publishes the key on the channel; asked to, it leaves a
-	// tombstone for the id, for a lease, so that a take or renewal of it
-	// arriving later adds nothing. KEYS: the in-flight key, its tombstones.
-	// ARGV: the id, the channel, "1" for a tombstone (else "0"), now in ms
-	// ("" reads Redis TIME), the lease in ms. Reply: how many it removed
-	// ("0" or "1").
+	// PermitRelease gives back leases of an in-flight key, each if it holds
+	// the id, and then publishes the key on the channel; asked to, it
+	// leaves a tombstone for each id, for a lease, so that a take or renewal
+	// of it arriving later adds nothing. KEYS: the in-flight key, its
+	// tombstones. ARGV: the channel, "1" for tombstones (else "0"), now in
+	// ms ("" reads Redis TIME), the lease in ms, then the ids (one or more).
+	// Reply: how many it removed.
 	//
 	//go:embed permit_release.lua
 	PermitRelease string

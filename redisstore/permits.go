@@ -126,7 +126,7 @@ func (r *backend) releaseNow(p *store.Permit, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
 	key := permitKey(p)
-	_ = script.PermitRelease.Run(ctx, r.client, []string{key, tombKey(key)}, id, freedChannel(p.Dim.Base), "1", r.now(algorithms.Millis(clockOf(p).Now())), script.Float(p.Lease)).Err()
+	_ = script.PermitRelease.Run(ctx, r.client, []string{key, tombKey(key)}, freedChannel(p.Dim.Base), "1", r.now(algorithms.Millis(clockOf(p).Now())), script.Float(p.Lease), id).Err()
 }
 
 // ReleasePermit gives back l (lua.PermitRelease), which publishes the
@@ -151,7 +151,7 @@ func (r *backend) ReleasePermit(ctx context.Context, p *store.Permit, l store.Le
 	}
 	now := r.now(algorithms.Millis(clockOf(p).Now()))
 	err := r.run(ctx, "release_permit", permitSet(p), func(ctx context.Context) error {
-		return script.PermitRelease.Run(ctx, r.client, []string{key, tombKey(key)}, l.ID, freedChannel(p.Dim.Base), tomb, now, script.Float(p.Lease)).Err()
+		return script.PermitRelease.Run(ctx, r.client, []string{key, tombKey(key)}, freedChannel(p.Dim.Base), tomb, now, script.Float(p.Lease), l.ID).Err()
 	})
 	if err != nil && !errors.Is(err, store.ErrInvalidState) { // it may not have reached Redis
 		r.permits.leases.orphan(r, p, l.ID)
@@ -303,6 +303,11 @@ type orphan struct {
 	p   store.Permit
 	due time.Time
 }
+
+// maxReleaseIDs bounds the ids of one clean-up call (lua.PermitRelease):
+// a burst of clean-ups on one key goes in calls of at most this many, each
+// a short script.
+const maxReleaseIDs = 256
 
 // period is how often a lease of ms is renewed: every fifth of it (at
 // most every ms: a lease too short to renew does not spin the loop).
@@ -511,10 +516,23 @@ func (l *leases) round(r *backend, dl *dimLeases, only string) error {
 	}
 	l.mu.Lock()
 	now := dl.clock.Now()
-	var orphans []leaseKey
+	// The clean-ups due, by key, in chunks of at most maxReleaseIDs: one
+	// call gives back a key's, however many takes a burst of deadlines cut
+	// short (one call each would keep their permits held for as many round
+	// trips).
+	byKey := map[string][]leaseKey{}
 	for k, o := range dl.orphans {
 		if !o.due.After(now) && (only == "" || k.key == only) {
-			orphans = append(orphans, k)
+			byKey[k.key] = append(byKey[k.key], k)
+		}
+	}
+	var orphans [][]leaseKey
+	for _, ks := range byKey {
+		slices.SortFunc(ks, func(a, b leaseKey) int { return strings.Compare(a.id, b.id) })
+		for len(ks) > 0 {
+			n := min(len(ks), maxReleaseIDs)
+			orphans = append(orphans, ks[:n])
+			ks = ks[n:]
 		}
 	}
 	var batches []*batch
@@ -556,28 +574,45 @@ func (l *leases) round(r *backend, dl *dimLeases, only string) error {
 	l.mu.Unlock()
 
 	var down error // an outage met: the rest waits for retry
-	for _, k := range orphans {
+	for _, ks := range orphans {
 		l.mu.Lock()
-		o := dl.orphans[k]
+		due := make([]*orphan, len(ks))
+		var p *store.Permit
+		args := make([]any, 4, 4+len(ks))
+		for i, k := range ks {
+			if due[i] = dl.orphans[k]; due[i] != nil {
+				if p == nil || due[i].p.Lease > p.Lease { // the longest lease: every tombstone outlives its take
+					p = &due[i].p
+				}
+				args = append(args, k.id)
+			}
+		}
 		l.mu.Unlock()
-		if o == nil {
+		if p == nil {
 			continue
 		}
 		var err error
 		if down == nil {
-			err = r.direct(l.ctx, "release_permit", permitSet(&o.p), func(ctx context.Context) error {
-				return script.PermitRelease.Run(ctx, r.client, []string{k.key, tombKey(k.key)}, k.id, freedChannel(o.p.Dim.Base), "1",
-					r.now(algorithms.Millis(dl.clock.Now())), script.Float(o.p.Lease)).Err()
+			key := ks[0].key
+			args[0], args[1], args[2], args[3] = freedChannel(p.Dim.Base), "1", r.now(algorithms.Millis(dl.clock.Now())), script.Float(p.Lease)
+			err = r.direct(l.ctx, "release_permit", permitSet(p), func(ctx context.Context) error {
+				return script.PermitRelease.Run(ctx, r.client, []string{key, tombKey(key)}, args...).Err()
 			})
 			if err != nil && l.ctx.Err() == nil && (outage(err) || errors.As(err, new(*Error))) {
 				down = err
 			}
 		}
 		l.mu.Lock()
-		if down != nil && dl.orphans[k] == o {
-			o.due = dl.clock.Now().Add(retry(o.p.Lease))
-		} else if dl.orphans[k] == o { // answered (a *StateError too: nothing of ours is there)
-			delete(dl.orphans, k)
+		for i, k := range ks {
+			o := due[i]
+			if o == nil || dl.orphans[k] != o {
+				continue
+			}
+			if down != nil {
+				o.due = dl.clock.Now().Add(retry(o.p.Lease))
+			} else { // answered (a *StateError too: nothing of ours is there)
+				delete(dl.orphans, k)
+			}
 		}
 		l.mu.Unlock()
 	}

@@ -56,8 +56,8 @@ var (
 	// PermitTake takes one lease of an in-flight key (now, limit, lease ms
 	// and id; ParseTake).
 	PermitTake = redis.NewScript(lua.Lib + lua.PermitTake)
-	// PermitRelease gives back one lease and announces it (id, channel,
-	// tombstone flag, now, lease ms); it replies how many it removed.
+	// PermitRelease gives back leases of a key and announces it (channel,
+	// tombstone flag, now, lease ms, ids); it replies how many it removed.
 	PermitRelease = redis.NewScript(lua.Lib + lua.PermitRelease)
 	// PermitRenew extends the leases a process holds, adding back those
 	// lost while there is room (now, lease ms, limit or "", ids); it

@@ -251,5 +251,5 @@ func InFlightDeadlines(t *testing.T, c Candidate, n int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("%s: %d Reserves, deadlines around a %v round trip: %d granted and released, %d cut short, none left held", c.Name, n, median, granted.Load(), cut.Load())
+	t.Logf("%s: %d Reserves, deadlines around a %v round trip: %d granted and released, %d cut short, none left held %v after the last returned", c.Name, n, median, granted.Load(), cut.Load(), time.Since(start).Round(time.Millisecond))
 }
