@@ -142,11 +142,11 @@ func (r *backend) ReleasePermit(ctx context.Context, p *store.Permit, l store.Le
 	}
 	key := permitKey(p)
 	h := r.permits.leases.forget(p.Dim, key, l.ID)
-	if (l.Open || l.Local) && (h == nil || h.adopt && !h.calling) {
+	if (l.Open || l.Local) && (!h.held || h.adopt && !h.calling) {
 		return nil // never registered in Redis, nor on its way there
 	}
 	tomb := "0"
-	if h != nil && h.calling { // a renewal of it is on its way: it must not add it back after this
+	if h.calling { // a renewal of it is on its way: it must not add it back after this
 		tomb = "1"
 	}
 	now := r.now(algorithms.Millis(clockOf(p).Now()))
@@ -400,24 +400,32 @@ func (l *leases) orphan(r *backend, p *store.Permit, id string) {
 	dl.orphans[leaseKey{permitKey(p), id}] = &orphan{p: *p, due: dl.clock.Now()}
 }
 
-// forget stops renewing the lease id on key and returns it (nil if it was
-// not held).
-func (l *leases) forget(d *store.Dim, key, id string) *heldLease {
+// forgotten is what forget found of a lease, read under the lock (the
+// renewal loop writes calling).
+type forgotten struct {
+	held    bool // it was held: renewed, or to be registered
+	adopt   bool // a failure policy's grant, still to be registered
+	calling bool // a renewal or registration of it is in flight
+}
+
+// forget stops renewing the lease id on key and says what it was.
+func (l *leases) forget(d *store.Dim, key, id string) forgotten {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	dl := l.dims[d]
 	if dl == nil {
-		return nil
+		return forgotten{}
 	}
 	h := dl.held[key][id]
-	if h != nil {
-		delete(dl.held[key], id)
-		if len(dl.held[key]) == 0 {
-			delete(dl.held, key)
-			dl.poke()
-		}
+	if h == nil {
+		return forgotten{}
 	}
-	return h
+	delete(dl.held[key], id)
+	if len(dl.held[key]) == 0 {
+		delete(dl.held, key)
+		dl.poke()
+	}
+	return forgotten{held: true, adopt: h.adopt, calling: h.calling}
 }
 
 // count returns how many leases of p's key this process holds in Redis
