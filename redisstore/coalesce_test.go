@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/throttlekit/throttlekit-go/internal/redistest"
 	"github.com/throttlekit/throttlekit-go/internal/script"
 	"github.com/throttlekit/throttlekit-go/internal/storetest"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
@@ -186,6 +187,7 @@ func TestRedisABadReservationFailsAloneInItsBatch(t *testing.T) {
 func TestRedisAGrantNobodyWaitsForGoesBack(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
+	redistest.Timeless(c) // TTLs in simulated ms: no key may expire in real time meanwhile (a flake seen under load)
 	clock := timer.NewFake(storetest.T0)
 	rs, sp := newSpied(c, WithClientClock(), WithTimeout(slowMachine))
 	s, err := shaper.New(rs, shaper.PerSecond(10), shaper.WithClock(clock), shaper.WithPrefix("left:"), shaper.WithMaxQueue(time.Hour))
@@ -359,6 +361,7 @@ func TestLanesFollowTheClient(t *testing.T) {
 func TestRedisAPassedGrantNobodyWaitsForIsKept(t *testing.T) {
 	t.Parallel()
 	_, c := redisClient(t)
+	redistest.Timeless(c) // TTLs in simulated ms: no key may expire in real time meanwhile (a flake seen under load)
 	clock := timer.NewFake(storetest.T0)
 	rs, sp := newSpied(c, WithClientClock(), WithTimeout(slowMachine))
 	s, err := shaper.New(rs, shaper.PerSecond(10), shaper.WithClock(clock), shaper.WithPrefix("passed:"), shaper.WithMaxQueue(time.Hour))

@@ -85,9 +85,11 @@ func TestSkewIsAnUpperBoundThatComesDownSlowly(t *testing.T) {
 // instant is after its reply (a caller that sleeps to it) is at least the
 // interval after the one before, less what the estimate came down
 // meanwhile (its net fall, read from the store, plus the drift allowance it
-// may have risen by and come down again), and no 1 s window holds more than 201
-// (the contract's rate plus its burst). Anchored at each reply, gaps of
-// 0.4 ms were seen, and 202 slots in a second.
+// may have risen by and come down again), and no window of 1 s less that
+// holds more than 201 of those slots (the contract's rate plus its burst).
+// Anchored at each reply, gaps of 0.4 ms were seen, and 202 slots in a
+// second. (A slot whose reply is read after it departs at once, late: no
+// mapping can help it, and its instant is not judged.)
 func TestSlotInstantsDoNotBunchUnderPoolContention(t *testing.T) {
 	t.Parallel()
 	srv, _ := redisClient(t)
@@ -150,13 +152,21 @@ func TestSlotInstantsDoNotBunchUnderPoolContention(t *testing.T) {
 			t.Errorf("slots %d and %d are %v apart, less than %v - %v", i-1, i, gap, interval, slack)
 		}
 	}
-	for i := range slots {
+	// The window's count, of the same slots: a slot whose reply was read
+	// after it departs at its reply, late, which no mapping can help.
+	var onTime []time.Time
+	for _, sl := range slots {
+		if sl.at.After(sl.replied) {
+			onTime = append(onTime, sl.at)
+		}
+	}
+	for i := range onTime {
 		j := i
-		for j < len(slots) && slots[j].at.Sub(slots[i].at) < time.Second {
+		for j < len(onTime) && onTime[j].Sub(onTime[i]) < time.Second-slack {
 			j++
 		}
 		if j-i > 201 {
-			t.Fatalf("%d slot instants within 1 s from slot %d (200/s burst 1 allows 201)", j-i, i)
+			t.Fatalf("%d slot instants within 1 s - %v from slot %d (200/s burst 1 allows 201 in 1 s)", j-i, slack, i)
 		}
 	}
 }
