@@ -342,16 +342,27 @@ func (l *learner) key(key string, now time.Time) *learnedKey {
 // every learnEvery it reads the fleet's record and renews the clamp (one
 // store call); between, it costs a map lookup.
 func (s *Shaper) learnSync(ctx context.Context, c *contract, key string, now time.Time) {
-	lk := s.learner.key(key, now)
-	if now.UnixNano() < lk.next.Load() {
+	lk := s.learner.lockDue(key, now)
+	if lk == nil {
 		return
+	}
+	defer lk.mu.Unlock()
+	_, _ = s.learnUpdate(ctx, c, key, lk, now, nil, false)
+}
+
+// lockDue returns key's learning state locked when its renewal is due at
+// now, or nil (unlocked) when it is not: a map lookup between renewals.
+func (l *learner) lockDue(key string, now time.Time) *learnedKey {
+	lk := l.key(key, now)
+	if now.UnixNano() < lk.next.Load() {
+		return nil
 	}
 	lk.mu.Lock()
-	defer lk.mu.Unlock()
 	if now.UnixNano() < lk.next.Load() {
-		return
+		lk.mu.Unlock()
+		return nil
 	}
-	_, _ = s.learnUpdate(ctx, c, key, lk, now, nil, false)
+	return lk
 }
 
 // learnPeek is learnSync for Status: the clamp renewed when due, as the
@@ -360,15 +371,11 @@ func (s *Shaper) learnSync(ctx context.Context, c *contract, key string, now tim
 // reservation starts it, its clamp's first slot at once, as Status reads
 // the key unclamped): Status writes no record.
 func (s *Shaper) learnPeek(ctx context.Context, c *contract, key string, now time.Time) {
-	lk := s.learner.key(key, now)
-	if now.UnixNano() < lk.next.Load() {
+	lk := s.learner.lockDue(key, now)
+	if lk == nil {
 		return
 	}
-	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	if now.UnixNano() < lk.next.Load() {
-		return
-	}
 	if lk.st.Event == learn.None {
 		ks, err := s.keysOf(c, key)
 		if err != nil {
