@@ -35,6 +35,16 @@ type Decision struct {
 	raw [3]float64 // wait-or-retry (ms), remaining, reset (ms), before rounding
 }
 
+// Wait returns an admitted request's delay in milliseconds, unrounded: the
+// departure its transition committed is now+Wait() exactly. It is 0 when
+// the request was refused.
+func (d Decision) Wait() float64 {
+	if !d.Allowed {
+		return 0
+	}
+	return d.raw[0]
+}
+
 // Algorithm is the transition every rate-limiting algorithm implements, split
 // into a read-only evaluation and a commit so that several algorithms can be
 // combined atomically (see [All]). Times are float64 milliseconds since the

@@ -99,6 +99,22 @@ func configs() [][]algorithms.Algorithm {
 	}
 }
 
+// laterConfigs are configurations added after the transcript was first
+// recorded: they run after configs' (and their "any" runs), so that the
+// earlier configurations keep their seeds and transcripts.
+func laterConfigs() [][]algorithms.Algorithm {
+	r := func(count float64, period time.Duration, burst int64) algorithms.Rate {
+		return algorithms.Rate{Count: count, Period: period, Burst: burst}
+	}
+	one := func(a algorithms.Algorithm) []algorithms.Algorithm { return []algorithms.Algorithm{a} }
+	return [][]algorithms.Algorithm{
+		one(must(algorithms.NewTrailingLog(5, time.Second, 0, 10*time.Second))),
+		one(must(algorithms.NewTrailingLog(9, 2500*time.Millisecond, 40*time.Millisecond, 5*time.Second))),
+		one(must(algorithms.NewTrailingLog(3, time.Second, 10*time.Millisecond, 0))),
+		{must(algorithms.NewTrailingLog(10, 3*time.Second, 20*time.Millisecond, 20*time.Second)), must(algorithms.NewLeakyBucket(r(4, time.Second, 4), 20*time.Second))},
+	}
+}
+
 // timeline: seeded steps of 0-900 ms, sometimes idle gaps of hours,
 // sometimes the clock set back, and costs of 1-5; then steps on a grid of
 // whole milliseconds that hit window edges and expiries exactly.
@@ -164,6 +180,12 @@ func TestGoAndLuaAreBitIdentical(t *testing.T) {
 		modes = append(modes, mode{algs: algs})
 	}
 	for _, algs := range configs() {
+		if len(algs) > 1 {
+			modes = append(modes, mode{algs: algs, any: true})
+		}
+	}
+	for _, algs := range laterConfigs() {
+		modes = append(modes, mode{algs: algs})
 		if len(algs) > 1 {
 			modes = append(modes, mode{algs: algs, any: true})
 		}

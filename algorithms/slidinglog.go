@@ -80,6 +80,39 @@ func (l *SlidingLog) Commit(st State, now, _ float64, cost int64) State {
 	return append(st, now, c)
 }
 
+// GiveBacker is an algorithm whose state can give back units of a
+// departure it granted (the sliding logs). Stores call it when a
+// reservation settles for less than it reserved, or is cancelled.
+type GiveBacker interface {
+	GiveBack(st State, at float64, units int64) State
+}
+
+// GiveBack returns st with units (> 0) taken off the entry stamped at (the
+// departure of a request it admitted), never below zero: a request that
+// used less than it reserved frees its units when its entry leaves the
+// window, as the partner's trailing window frees them. An entry that is
+// gone (expired, or merged into a later one) gives nothing back.
+func (l *SlidingLog) GiveBack(st State, at float64, units int64) State {
+	return giveBack(st, 1, at, units)
+}
+
+// giveBack takes units off the entry of a log stamped at; its entries
+// start at index first of st, whose st[0] is their total.
+func giveBack(st State, first int, at float64, units int64) State {
+	if units <= 0 {
+		return st
+	}
+	for i := first; i+1 < len(st); i += 2 {
+		if st[i] == at {
+			g := min(float64(units), st[i+1])
+			st[i+1] -= g
+			st[0] -= g
+			break
+		}
+	}
+	return st
+}
+
 // Params returns "l": limit, window.
 func (l *SlidingLog) Params() (string, [6]float64) { return "l", [6]float64{l.limit, l.window} }
 

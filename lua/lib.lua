@@ -326,12 +326,95 @@ function slog.commit(p, st, now, delay, cost)
   out[n + 2] = cost
   return out
 end
+-- give_back takes units off the entry of a log stamped at, never below
+-- zero; the log's entries start at index first, st[1] is their total
+-- (algorithms.SlidingLog.GiveBack, TrailingLog.GiveBack).
+local function give_back(st, first, at, units)
+  if units <= 0 then return st end
+  for i = first, #st - 1, 2 do
+    if st[i] == at then
+      local g = math.min(units, st[i + 1])
+      st[i + 1] = st[i + 1] - g
+      st[1] = st[1] - g
+      return st
+    end
+  end
+  return st
+end
+function slog.give_back(p, st, at, units) return give_back(st, 2, at, units) end
 function slog.status(p, st, now)
   local first, used = log_live(p, st, now)
   if used == 0 then return p[1], 0 end
   return p[1] - used, (st[#st - 1] + p[2]) - now
 end
 function slog.max_wait(p) return 0 end
+
+-- Trailing log (algorithms.TrailingLog): p = {limit, window (the partner's
+-- plus the spread), max wait, interval, tolerance, credit}; st = {total,
+-- pace, ts1, cost1, ...}.
+local trail = {}
+local function trail_live(p, st, t)
+  if #st < 2 then return 3, 0 end
+  local used, first = st[1], 3
+  while first + 1 <= #st and st[first] + p[2] <= t do
+    used = used - st[first + 1]
+    first = first + 2
+  end
+  return first, used
+end
+function trail.admissible(p, cost) return cost <= p[1] end
+function trail.delay(p, st, now, cost)
+  local base = now
+  if #st >= 2 then
+    local pace = st[2] - math.max(p[5] - cost * p[4], 0)
+    if pace > base then base = pace end
+  end
+  if #st >= 4 and st[#st - 1] > base then base = st[#st - 1] end
+  local first, used = trail_live(p, st, base)
+  if used + cost <= p[1] then return base - now end
+  for i = first, #st - 1, 2 do
+    used = used - st[i + 1]
+    if used + cost <= p[1] then return (st[i] + p[2]) - now end
+  end
+  return math.huge -- unreachable for a valid cost
+end
+function trail.commit(p, st, now, delay, cost)
+  local at = now + delay
+  if #st < 2 then return {cost, at + cost * p[4], at, cost} end
+  local first, used = trail_live(p, st, now)
+  local credit = p[5]
+  if #st >= 4 and st[#st - 1] > at - p[4] * p[1] / 10 then credit = p[6] end
+  local out = {used + cost, math.max(st[2], at - credit) + cost * p[4]}
+  for i = first, #st do out[#out + 1] = st[i] end
+  local n = #out
+  if n >= 4 and out[n - 1] >= at then
+    out[n] = out[n] + cost
+    return out
+  end
+  out[n + 1] = at
+  out[n + 2] = cost
+  return out
+end
+function trail.status(p, st, now)
+  local _, used = trail_live(p, st, now)
+  local reset = 0
+  if #st >= 2 then reset = math.max(st[2] - now, 0) end
+  if #st >= 4 and used > 0 then reset = math.max(reset, (st[#st - 1] + p[2]) - now) end
+  return p[1] - used, reset
+end
+function trail.max_wait(p) return p[3] end
+function trail.give_back(p, st, at, units)
+  if #st < 2 then return st end
+  local before = st[1]
+  st = give_back(st, 3, at, units)
+  st[2] = st[2] - (before - st[1]) * p[4]
+  local n = #st
+  if n >= 4 and st[n - 1] == at and st[n] == 0 then
+    st[n] = nil
+    st[n - 1] = nil
+  end
+  return st
+end
 
 -- Civil dates (Howard Hinnant's algorithms), as in algorithms/civil.go.
 local function days_from_civil(y, m, d)
@@ -405,7 +488,7 @@ function quota.status(p, st, now)
 end
 function quota.max_wait(p) return 0 end
 
-local ALG = {g = gcra, t = token, f = fixed, s = sliding, l = slog, q = quota}
+local ALG = {g = gcra, t = token, f = fixed, s = sliding, l = slog, q = quota, w = trail}
 
 -- The time of the decision: the caller's (ARGV) or the server's (TIME).
 local function clock(arg)

@@ -4,7 +4,9 @@
 -- Ledger gives back only the tail of its schedule (gcra.Kernel.SettleTail,
 -- when its TAT is still the reservation's tag) and gets a Ledger; a key with
 -- one follows its rule (ledger.lua). For the other algorithms an extra is
--- charged now (their commit of the difference) and nothing is given back.
+-- charged now (their commit of the difference); the sliding logs (kinds
+-- 'l' and 'w') give back what a reservation did not use off the entry
+-- stamped at its departure, and the others give nothing back.
 -- KEYS: per key, its state key K (a Ledger lives in K:l, K:h, K:b, K:c).
 -- ARGV: now in ms ('' for the server's TIME), the departure in ms, '1' when a
 --   cancel may leave a hole (a shaper of one contract), then per key 11
@@ -59,9 +61,16 @@ for i = 1, n do -- read and check everything before writing anything
 end
 local changed = 0
 for _, w in ipairs(work) do
-  if w.kind ~= 'g' then -- the other algorithms: the extra, committed now
+  if w.kind ~= 'g' then -- the other algorithms: the extra, committed now; a log gives back what its entry did not use
     local alg = ALG[w.kind]
-    local st = alg.commit(w.p, w.st, now, 0, w.actual - w.cost)
+    local st
+    if w.actual > w.cost then
+      st = alg.commit(w.p, w.st, now, 0, w.actual - w.cost)
+    elseif alg.give_back then
+      st = alg.give_back(w.p, w.st, at, w.cost - math.max(w.actual, 0))
+    else
+      st = w.st
+    end
     local _, cold_in = alg.status(w.p, st, now)
     local ttl = math.ceil(cold_in)
     if ttl < 1 then ttl = 1 end

@@ -90,11 +90,12 @@ func (m *mem) reserveState(d *store.Dim, alg algorithms.Algorithm, key string, c
 	case len(next) != len(st) || &next[0] != &st[0]:
 		sp.states.states[key] = next
 	}
-	sp.advance(key, now, now) // an algorithm that does not queue admits only what departs now
+	at := now + res.Wait() // now, for an algorithm that does not queue
+	sp.advance(key, now, at)
 	if res.Remaining > 1 && sp.clamped(key, now) {
 		res.Remaining = 1
 	}
-	return res, store.Grant{Tag: next[0]}, nil
+	return res, store.Grant{Tag: next[0], At: at}, nil
 }
 
 // Seed raises key's TAT in d's space to at least tat (the GCRA family

@@ -32,8 +32,17 @@ func (m *mem) Settle(_ context.Context, st *store.Settlement) error {
 	m.each(st.KeySet, func(sh *memShard, sp *memSpace, d *store.Dim, i int) {
 		t := &sp.tats
 		extra := st.Actual != nil && st.Actual[i] > st.Costs[i]
-		if d.Kern == nil || t.index == nil { // the other algorithms: an extra is charged now, nothing given back
+		if d.Kern == nil || t.index == nil { // the other algorithms: an extra is charged now; a log gives back, the rest nothing
 			if !extra {
+				if gb, ok := d.Alg.(algorithms.GiveBacker); ok {
+					if cur, ok := sp.states.states[keys[i]]; ok {
+						used := int64(0) // cancelled
+						if st.Actual != nil {
+							used = max(st.Actual[i], 0)
+						}
+						sp.states.states[keys[i]] = gb.GiveBack(cur, st.At, st.Costs[i]-used)
+					}
+				}
 				return
 			}
 			if cur, ok := sp.states.states[keys[i]]; ok {

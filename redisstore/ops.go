@@ -30,7 +30,7 @@ func (r *backend) Settle(ctx context.Context, st *store.Settlement) error {
 		if st.Actual != nil {
 			actual = st.Actual[i]
 		}
-		if d.Kern == nil && actual <= st.Costs[i] { // the other algorithms only take an extra
+		if !d.Settles(st.Costs[i], actual) {
 			continue
 		}
 		rk = append(rk, all[2*i])

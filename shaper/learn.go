@@ -886,12 +886,12 @@ func (s *Shaper) Space(ctx context.Context, key string, margin time.Duration) er
 const MinSpacedInterval = 20 * time.Millisecond
 
 // strictInterval is the interval between requests of cost 1 contract c
-// allows, when every dimension is strict (burst 1) and it is at least
-// MinSpacedInterval.
+// allows, when every dimension is strict (the leaky bucket or GCRA, burst
+// 1) and it is at least MinSpacedInterval.
 func strictInterval(c *contract) (time.Duration, bool) {
 	var longest time.Duration
 	for _, d := range c.dims {
-		if d.rate.burst() > 1 {
+		if d.rate.burst() > 1 || d.Kern == nil { // a burst, or a window algorithm: not spaced strictly
 			return 0, false
 		}
 		longest = max(longest, d.rate.Period/time.Duration(d.rate.Count))

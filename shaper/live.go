@@ -3,6 +3,7 @@ package shaper
 import (
 	"context"
 	"fmt"
+	"github.com/throttlekit/throttlekit-go/algorithms"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,13 +46,21 @@ type contract struct {
 	// this shaper adopted last (liveState.adopted). The contract is in
 	// force while it equals version.
 	watch *atomic.Uint64
+	// gives: a dimension's store gives back units of an entry it keeps by
+	// the reservation's time (algorithms.GiveBacker), and cannot tell a
+	// reservation's copies apart: they share a flag (Reservation.once).
+	gives bool
 }
 
 // index records what the store reads of c's dimensions (sdims).
 func (c *contract) index() {
 	c.sdims = make([]*store.Dim, len(c.dims))
+	c.gives = false
 	for i, d := range c.dims {
 		c.sdims[i] = &d.Dim
+		if _, ok := d.Alg.(algorithms.GiveBacker); ok {
+			c.gives = true
+		}
 	}
 }
 
@@ -223,10 +232,10 @@ func (s *Shaper) build(rec store.Record) (*contract, error) {
 
 // redim returns configured dimension b at rate and maxQueue, unbound.
 func (s *Shaper) redim(b *dim, rate Rate, maxQueue time.Duration) (*dim, error) {
-	if err := s.cfg.alg.changeable(b.rate, rate); err != nil {
+	if err := b.spec.changeable(b.rate, rate); err != nil {
 		return nil, err
 	}
-	d, err := newDim(&s.cfg, Dimension{Name: b.Name, Key: b.key, Cost: b.cost}, rate, maxQueue)
+	d, err := newDim(&s.cfg, Dimension{Name: b.Name, Key: b.key, Cost: b.cost, Algorithm: b.spec}, rate, maxQueue)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +248,7 @@ func (s *Shaper) redim(b *dim, rate Rate, maxQueue time.Duration) (*dim, error) 
 // Count may change). A quota's periods are its cadence's.
 func (a Algorithm) changeable(from, to Rate) error {
 	switch a.kind {
-	case kindFixed, kindSliding, kindLog:
+	case kindFixed, kindSliding, kindLog, kindTrailing:
 		if to.Period != from.Period {
 			return &ConfigError{Algorithm: a.String(), Field: "Period", Value: to.Period, Reason: fmt.Sprintf("a window algorithm's Period cannot change while it runs (it is %v); change Count, or start a shaper under another name", from.Period)}
 		}
@@ -352,4 +361,14 @@ func decodeRate(v string) (Rate, error) {
 		}
 	}
 	return Rate{}, &ConfigError{Algorithm: "shaper", Field: "Rate", Value: v, Reason: "the store's contract record holds a malformed rate"}
+}
+
+// once returns a fresh flag for a reservation's copies to share, for a
+// contract whose store gives back by the reservation's time (nil for the
+// others: the store dedupes them).
+func (c *contract) once() *atomic.Bool {
+	if !c.gives {
+		return nil
+	}
+	return new(atomic.Bool)
 }

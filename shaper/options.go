@@ -30,6 +30,8 @@ type config struct {
 	refresh  time.Duration // WithContractRefresh
 	maxRun   int           // WithMaxPriorityRun
 	learning *Learning     // WithLearning
+	lateness time.Duration // WithLateness; 0: any
+	horizon  time.Duration // WithHorizon; 0: none
 	err      error
 
 	maxRunSet bool
@@ -39,6 +41,22 @@ type config struct {
 
 func defaults() config {
 	return config{alg: LeakyBucket, maxQueue: DefaultMaxQueue, clock: timer.Real()}
+}
+
+// WithLateness bounds how late after its slot Wait and Acquire let a
+// request go (default: any lateness): a caller that wakes later than that
+// (a loaded machine's timer, a stalled scheduler) gives its slot back,
+// settled at nothing, and takes a new one, so that every request they
+// return departs within d of a slot of the contract. A partner that counts
+// its own way is then kept to by a schedule that allows for d (package
+// partner does this). Reserve's caller keeps its own time.
+func WithLateness(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.err = &ConfigError{Algorithm: "shaper", Field: "Lateness", Value: d, Reason: "must be >= 0 (0: any)"}
+		}
+		c.lateness = d
+	}
 }
 
 // WithAlgorithm chooses the algorithm (default LeakyBucket).
@@ -92,6 +110,7 @@ type Algorithm struct {
 	kind    algKind
 	buckets int
 	cadence algorithms.Cadence
+	spread  time.Duration // TrailingWithin
 }
 
 type algKind int
@@ -104,6 +123,7 @@ const (
 	kindSliding
 	kindLog
 	kindQuota
+	kindTrailing
 )
 
 var (
@@ -119,7 +139,23 @@ var (
 	SlidingWindow = Algorithm{kind: kindSliding, buckets: 10}
 	// SlidingWindowLog admits exactly Count per trailing Period.
 	SlidingWindowLog = Algorithm{kind: kindLog}
+	// TrailingWindow delays each request to its slot, up to MaxQueue, as the
+	// leaky bucket does, so that the departures put at most Count units in
+	// any trailing Period, paced at Count per Period: the schedule of a
+	// partner that counts a trailing window (OpenAI's requests and tokens
+	// per minute). Burst is not used. A settle for less than reserved gives
+	// the unused units back. TrailingWithin allows for departures that
+	// reach the partner late; package partner uses it.
+	TrailingWindow = Algorithm{kind: kindTrailing}
 )
+
+// TrailingWithin is TrailingWindow for requests that reach the partner up
+// to spread after their slots (a loaded machine's timer, the network's
+// jitter): its log spans Period+spread, so that no trailing Period of the
+// partner's counts more than Count, while the pace stays Count per Period.
+func TrailingWithin(spread time.Duration) Algorithm {
+	return Algorithm{kind: kindTrailing, spread: spread}
+}
 
 // SlidingWindowBuckets is SlidingWindow with n sub-buckets (1 to 256).
 func SlidingWindowBuckets(n int) Algorithm { return Algorithm{kind: kindSliding, buckets: n} }
@@ -164,6 +200,11 @@ func (a Algorithm) String() string {
 		return "sliding-log"
 	case kindQuota:
 		return "quota"
+	case kindTrailing:
+		if a.spread > 0 {
+			return fmt.Sprintf("trailing-window(+%v)", a.spread)
+		}
+		return "trailing-window"
 	}
 	return "invalid"
 }
@@ -201,13 +242,27 @@ func (a Algorithm) build(r Rate, maxQueue time.Duration) (main, allow algorithms
 		alg, err = algorithms.NewSlidingWindow(count, r.Period, a.buckets)
 	case kindLog:
 		alg, err = algorithms.NewSlidingLog(count, r.Period)
+	case kindTrailing:
+		q, err := algorithms.NewTrailingLog(count, r.Period, a.spread, maxQueue)
+		if err != nil {
+			return nil, nil, err
+		}
+		now, err := algorithms.NewTrailingLog(count, r.Period, a.spread, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		return q, now, nil
 	case kindQuota:
 		alg, err = algorithms.NewQuota(count, a.cadence)
 	default:
-		return nil, nil, &ConfigError{Algorithm: "shaper", Field: "Algorithm", Value: a, Reason: "use LeakyBucket, GCRA, TokenBucket, FixedWindow, SlidingWindow, SlidingWindowLog or Quota(...)"}
+		return nil, nil, &ConfigError{Algorithm: "shaper", Field: "Algorithm", Value: a, Reason: "use LeakyBucket, GCRA, TokenBucket, FixedWindow, SlidingWindow, SlidingWindowLog, TrailingWindow or Quota(...)"}
 	}
 	if err != nil {
 		return nil, nil, err
 	}
 	return alg, alg, nil
 }
+
+// queues reports whether the algorithm grants delays (a slot later than
+// now) instead of refusing.
+func (a Algorithm) queues() bool { return a.kind == kindLeaky || a.kind == kindTrailing }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/algorithms"
@@ -28,7 +29,8 @@ type Reservation struct {
 	m      *store.Request
 	local  bool // granted by the Redis store's failure policy
 	done   bool
-	permit *hold // the in-flight permit it holds (nil: none), shared by its copies
+	permit *hold        // the in-flight permit it holds (nil: none), shared by its copies
+	once   *atomic.Bool // settled or cancelled, shared by its copies (nil: the store tells; see contract.gives)
 }
 
 // Time returns the departure instant, on Clock. A Reservation no shaper
@@ -66,8 +68,8 @@ func (r *Reservation) Clock() Clock {
 // After the slot's time it does nothing (the caller may have departed), and
 // the reservation can still be settled with what it used, and must still
 // be released. A done ctx returns ctx.Err() and changes nothing. A
-// reservation is cancelled or settled once; only the leaky bucket and GCRA
-// give back.
+// reservation is cancelled or settled once; the leaky bucket, GCRA and the
+// sliding logs (SlidingWindowLog, TrailingWindow) give back.
 func (r *Reservation) Cancel(ctx context.Context) (err error) {
 	if r.s == nil || r.done && r.permit == nil {
 		return nil
@@ -89,9 +91,16 @@ func (r *Reservation) Cancel(ctx context.Context) (err error) {
 			}
 		}()
 	}
+	if r.once != nil && !r.once.CompareAndSwap(false, true) { // a copy settled or cancelled it
+		r.done = true
+		return nil
+	}
 	r.done = true
 	if err := r.giveBack(ctx, "cancel", -1); err != nil {
 		r.done = false // the store refused or failed: a retry may give it back (once: the store dedupes)
+		if r.once != nil {
+			r.once.Store(false)
+		}
 		return err
 	}
 	return nil
@@ -107,9 +116,11 @@ func (r *Reservation) Cancel(ctx context.Context) (err error) {
 // Reserve mapped the estimate (a request count stays 1). A reservation is
 // settled or cancelled once, however many copies of it are settled or
 // cancelled; settling r again, or after cancelling it, returns
-// ErrSettled. Only the leaky bucket and GCRA give back; the other
-// algorithms keep what they counted and charge an extra at the instant it
-// is settled. An extra is charged even once the key has gone idle (its
+// ErrSettled. The leaky bucket and GCRA give back as above; the sliding
+// logs (SlidingWindowLog, TrailingWindow) take the unused units off the
+// call's entry, freed when it leaves the window, as a partner counting a
+// trailing window frees them; the other algorithms keep what they counted.
+// All of them charge an extra at the instant it is settled. An extra is charged even once the key has gone idle (its
 // Redis key expired). An actual cost whose extra would hold the key back
 // longer than MaxOverrun is a *CostError, and a done ctx returns
 // ctx.Err(): nothing is recorded then, and a later Settle may still settle
@@ -127,11 +138,18 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if err := ctx.Err(); err != nil { // nothing is recorded: a retry with a live ctx settles
 		return err
 	}
+	if r.once != nil && !r.once.CompareAndSwap(false, true) { // a copy settled or cancelled it
+		r.done = true
+		return ErrSettled
+	}
 	r.done = true
 	// Even settled at its cost, the store records it: a copy of r cancelled
 	// later must find it settled.
 	if err := r.giveBack(ctx, "settle", actual); err != nil {
 		r.done = false // refused or failed: a retry may settle it (once: the store dedupes)
+		if r.once != nil {
+			r.once.Store(false)
+		}
 		return err
 	}
 	return nil
@@ -181,7 +199,7 @@ func (r *Reservation) giveBack(ctx context.Context, op string, actual int64) err
 		}
 	} else {
 		d := r.c.dims[0]
-		if d.Kern == nil && actual <= r.cost { // the other algorithms only take an extra
+		if !d.Settles(r.cost, actual) {
 			return nil
 		}
 		if actual >= 0 {

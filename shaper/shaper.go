@@ -31,6 +31,10 @@ type Dimension struct {
 	// cluster slot. Unmarked, it is the one dimension with a Key mapping (or
 	// the caller's key when none maps); All refuses two mappings unmarked.
 	Slot bool
+	// Algorithm is this dimension's algorithm (zero: the shaper's,
+	// WithAlgorithm's). Dimensions that queue (LeakyBucket, TrailingWindow)
+	// and dimensions that do not cannot be mixed in one shaper.
+	Algorithm Algorithm
 
 	// InFlight, when > 0, makes this an in-flight dimension instead of a
 	// rate (Rate and Cost unset): at most InFlight requests hold a permit
@@ -61,6 +65,8 @@ type Shaper struct {
 	store  store.Backend
 	one    store.OneKey             // the store's in-process single-key branch (nil: none; see reserveOne)
 	cur    atomic.Pointer[contract] // the dimensions and MaxQueue in force (see live.go)
+	lates  atomic.Int64             // slots retaken by callers that woke too late (WithLateness)
+	ahead  *horizon                 // WithHorizon's gate (nil: none)
 	queues bool                     // the leaky bucket: Reserve grants delays
 
 	// remote: the store decides on another clock (Redis TIME) and answers
@@ -96,23 +102,27 @@ type dim struct {
 
 // newDim returns spec's dimension under cfg at rate and maxQueue, unbound.
 func newDim(cfg *config, spec Dimension, rate Rate, maxQueue time.Duration) (*dim, error) {
-	alg, allow, err := cfg.alg.build(rate, maxQueue)
+	a := spec.Algorithm
+	if a.kind == 0 {
+		a = cfg.alg
+	}
+	alg, allow, err := a.build(rate, maxQueue)
 	if err != nil {
 		return nil, err
 	}
-	d := &dim{key: spec.Key, cost: spec.Cost, spec: cfg.alg, rate: rate, maxQueue: maxQueue}
+	d := &dim{key: spec.Key, cost: spec.Cost, spec: a, rate: rate, maxQueue: maxQueue}
 	d.Dim = store.Dim{
 		Name:     spec.Name,
 		Base:     cfg.prefix,
 		Prefix:   cfg.prefix,
-		Identity: fmt.Sprintf("%v %v maxqueue=%v", cfg.alg, rate, maxQueue),
+		Identity: fmt.Sprintf("%v %v maxqueue=%v", a, rate, maxQueue),
 		Alg:      alg,
 		Allow:    allow,
 		Clock:    cfg.clock,
 		AtShare: func(share float64) (algorithms.Algorithm, algorithms.Algorithm, error) {
 			scaled := rate
 			scaled.Period = time.Duration(float64(rate.Period) / share)
-			return cfg.alg.build(scaled, maxQueue)
+			return a.build(scaled, maxQueue)
 		},
 	}
 	if spec.Name != "" {
@@ -241,7 +251,7 @@ func newShaper(st Store, dims []Dimension, opts []Option) (*Shaper, error) {
 		cfg.prefix = "tk:" + cfg.name + ":"
 	}
 	b := store.Of(st)
-	s := &Shaper{cfg: cfg, store: b, queues: cfg.alg.kind == kindLeaky, remote: b.Remote()}
+	s := &Shaper{cfg: cfg, store: b, queues: cfg.alg.queues(), remote: b.Remote()}
 	s.one, _ = b.(store.OneKey)
 	var err error
 	base := &contract{maxQueue: cfg.maxQueue}
@@ -255,6 +265,11 @@ func newShaper(st Store, dims []Dimension, opts []Option) (*Shaper, error) {
 		d, err := newDim(&s.cfg, spec, spec.Rate, cfg.maxQueue)
 		if err != nil {
 			return nil, err
+		}
+		if len(base.dims) == 0 {
+			s.queues = d.spec.queues()
+		} else if d.spec.queues() != s.queues {
+			return nil, &ConfigError{Algorithm: d.spec.String(), Field: "Algorithm", Value: d.spec, Reason: "dimensions that queue (LeakyBucket, TrailingWindow) and dimensions that do not cannot be mixed in one shaper"}
 		}
 		if d.Bound, err = b.Bind(&d.Dim); err != nil {
 			return nil, err
@@ -272,6 +287,9 @@ func newShaper(st Store, dims []Dimension, opts []Option) (*Shaper, error) {
 	s.rateless = len(base.dims) == 0
 	if cfg.learning != nil && !s.rateless {
 		s.learner = newLearner(cfg.learning)
+	}
+	if cfg.horizon > 0 && s.queues {
+		s.ahead = &horizon{clock: cfg.clock, span: cfg.horizon, keys: make(map[string]*ahead)}
 	}
 	s.startLive(base)
 	return s, nil
@@ -524,7 +542,7 @@ func (s *Shaper) reserve(ctx context.Context, key string, cost int64, limit floa
 		return Reservation{}, s.queueFull(c, key, dec.RetryAfter, binding(m))
 	}
 	// Built in place: the hot path copies no Reservation.
-	return Reservation{Delay: dec.Delay, s: s, c: c, now: now, rem: dec.Remaining, key: key, cost: cost, g: g, local: local, m: m, done: m == nothingToLimit}, nil
+	return Reservation{Delay: dec.Delay, s: s, c: c, now: now, rem: dec.Remaining, key: key, cost: cost, g: g, local: local, m: m, done: m == nothingToLimit, once: c.once()}, nil
 }
 
 // Allow admits cost units on key only if they may depart now; it never

@@ -80,6 +80,28 @@ func (s *Shaper) acquire(ctx context.Context, key string, cost int64, permit int
 		}
 		defer leave()
 	}
+	if s.ahead != nil {
+		leave, err := s.ahead.enter(ctx, s, s.live(), key, cost)
+		if err != nil {
+			return Reservation{}, err
+		}
+		return s.acquireSlot(ctx, key, cost, leave)
+	}
+	return s.acquireSlot(ctx, key, cost, nil)
+}
+
+// acquireSlot reserves a slot and sleeps until it, as often as a pause or
+// a late wake-up makes it take a new one. granted, if not nil, is called
+// once, with the first slot's time (zero if none was granted), before the
+// sleep.
+func (s *Shaper) acquireSlot(ctx context.Context, key string, cost int64, granted func(time.Time)) (Reservation, error) {
+	if granted != nil {
+		defer func() {
+			if granted != nil {
+				granted(time.Time{})
+			}
+		}()
+	}
 	// A pause set or extended while we wait: the slot fell inside it and is
 	// lost with it; take a new one after the pause, as often as pauses keep
 	// coming (MaxQueue and the ctx's deadline bound the wait: reserve
@@ -92,6 +114,21 @@ func (s *Shaper) acquire(ctx context.Context, key string, cost int64, permit int
 		r, err := s.reserve(ctx, key, cost, limit, false)
 		if err != nil {
 			return Reservation{}, err
+		}
+		if granted != nil {
+			if span := s.ahead.span; r.Delay > span {
+				// Held by the horizon: a slot further ahead goes back, and
+				// this request (the first of its key in this process)
+				// asks again when that slot is within the span.
+				if err := r.Cancel(context.WithoutCancel(ctx)); err == nil {
+					if err := s.sleepUntil(ctx, r.Time().Add(-span)); err != nil {
+						return Reservation{}, err
+					}
+					continue
+				}
+			}
+			granted(r.Time())
+			granted = nil
 		}
 		if r.Delay <= 0 {
 			return r, nil
@@ -111,7 +148,8 @@ func (s *Shaper) acquire(ctx context.Context, key string, cost int64, permit int
 const pauseLead = 5 * time.Millisecond
 
 // sleepChecking sleeps until r's slot and reports whether the key was paused
-// while it slept (a partner's Retry-After seen by another process, say). Its
+// while it slept, or the caller woke too late (WithLateness: its slot is
+// settled at nothing, and it takes a new one) (a partner's Retry-After seen by another process, say). Its
 // slot then fell inside the pause and is lost with it: Wait reserves a new
 // one, which the pause places after its end, and sleeps until that. So
 // requests held by a pause leave paced after it, not all together when it
@@ -128,7 +166,7 @@ func (s *Shaper) sleepChecking(ctx context.Context, key string, r Reservation) (
 		if err := s.sleepReserved(ctx, key, r); err != nil {
 			return false, err
 		}
-		return !s.remote && s.pausedPast(ctx, key, s.cfg.clock.Now(), 0), nil
+		return !s.remote && s.pausedPast(ctx, key, s.cfg.clock.Now(), 0) || s.late(ctx, &r), nil
 	}
 	if dl, ok := ctx.Deadline(); ok && r.Delay > time.Until(dl) {
 		_ = r.Cancel(context.WithoutCancel(ctx))
@@ -145,7 +183,19 @@ func (s *Shaper) sleepChecking(ctx context.Context, key string, r Reservation) (
 	if err := s.sleepReserved(ctx, key, r); err != nil {
 		return false, err
 	}
-	return paused, nil
+	return paused || s.late(ctx, &r), nil
+}
+
+// late reports whether r's caller woke later after its slot than
+// WithLateness allows; it then settles r at nothing (what the key's
+// schedule can take back it takes), so that the caller takes a new slot.
+func (s *Shaper) late(ctx context.Context, r *Reservation) bool {
+	if s.cfg.lateness <= 0 || s.cfg.clock.Now().Sub(r.Time()) <= s.cfg.lateness {
+		return false
+	}
+	_ = r.Settle(context.WithoutCancel(ctx), 0)
+	s.lates.Add(1)
+	return true
 }
 
 // pausedPast reports whether a pause on key, read at now, lasts past
@@ -196,7 +246,7 @@ func (s *Shaper) waitRetry(ctx context.Context, key string, cost int64) (Reserva
 			return Reservation{}, err
 		}
 		if dec.Allowed {
-			return Reservation{s: s, c: c, now: now, rem: dec.Remaining, key: key, cost: cost, g: g, local: local, m: m, done: m == nothingToLimit}, nil
+			return Reservation{s: s, c: c, now: now, rem: dec.Remaining, key: key, cost: cost, g: g, local: local, m: m, done: m == nothingToLimit, once: c.once()}, nil
 		}
 		retry := dec.RetryAfter
 		if waited := now.Sub(start); waited+retry > c.maxQueue {

@@ -139,6 +139,18 @@ type Dim struct {
 	AtShare func(share float64) (alg, allow algorithms.Algorithm, err error)
 }
 
+// Settles reports whether a settle of a reservation of cost at actual (-1:
+// cancelled) may change d's state: always for the GCRA family; for the
+// other algorithms an extra is charged, and the sliding log also gives
+// back (algorithms.GiveBacker); a settle at the cost changes none of them.
+func (d *Dim) Settles(cost, actual int64) bool {
+	if d.Kern != nil || actual > cost {
+		return true
+	}
+	_, gives := d.Alg.(algorithms.GiveBacker)
+	return gives && actual != cost
+}
+
 // SetKernels points Kern and KernAllow at d's own copies of the GCRA
 // kernels of Alg and Allow (nil for the other algorithms).
 func (d *Dim) SetKernels() {
