@@ -26,7 +26,8 @@ import (
 // units the calls used, not in their estimates.
 //
 // State layout: [total cost of the entries, pace (the virtual finish of
-// the paced stream, ms), ts1, cost1, ts2, cost2, ...], entries in
+// the paced stream, ms), undo (the pace before the newest entry, less what
+// was given back since), ts1, cost1, ts2, cost2, ...], entries in
 // ascending departure (ms); an entry stamped ts counts until ts+Window+
 // Spread.
 type TrailingLog struct {
@@ -60,13 +61,16 @@ func NewTrailingLog(limit float64, window, spread, maxQueue time.Duration) (*Tra
 // MaxWait returns the longest wait it grants.
 func (l *TrailingLog) MaxWait() float64 { return l.maxWait }
 
+// head is the length of the state's header: total, pace, undo.
+const head = 3
+
 // live returns the index of the first entry still in the window at t and
 // the total cost of the live entries.
 func (l *TrailingLog) live(st State, t float64) (first int, used float64) {
-	if len(st) < 2 {
-		return 2, 0
+	if len(st) < head {
+		return head, 0
 	}
-	used, first = st[0], 2
+	used, first = st[0], head
 	for first+1 < len(st) && st[first]+l.window <= t {
 		used -= st[first+1]
 		first += 2
@@ -80,12 +84,12 @@ func (l *TrailingLog) live(st State, t float64) (first int, used float64) {
 func (l *TrailingLog) Delay(st State, now float64, cost int64) float64 {
 	c := float64(cost)
 	base := now
-	if len(st) >= 2 {
+	if len(st) >= head {
 		if p := st[1] - math.Max(l.tolerance-c*l.interval, 0); p > base {
 			base = p
 		}
 	}
-	if len(st) >= 4 && st[len(st)-2] > base {
+	if len(st) >= head+2 && st[len(st)-2] > base {
 		base = st[len(st)-2]
 	}
 	first, used := l.live(st, base)
@@ -104,26 +108,29 @@ func (l *TrailingLog) Delay(st State, now float64, cost int64) float64 {
 // Commit records the request's entry at its departure, now+delay, and
 // moves the pace on by its cost, from no earlier than the departure less
 // the tolerance, or on a busy key less the credit (what was given back
-// beyond it is lost).
+// beyond it is lost). It keeps the pace it found as the undo of a new
+// entry, for a cancel.
 func (l *TrailingLog) Commit(st State, now, delay float64, cost int64) State {
 	at := now + delay
 	c := float64(cost)
-	if len(st) < 2 {
-		return append(st[:0], c, at+c*l.interval, at, c)
+	if len(st) < head {
+		return append(st[:0], c, at+c*l.interval, at, at, c)
 	}
 	first, used := l.live(st, now)
 	credit := l.tolerance // a key quiet for a while: a quiet spell is no credit
-	if len(st) >= 4 && st[len(st)-2] > at-l.interval*l.limit/10 {
+	if len(st) >= head+2 && st[len(st)-2] > at-l.interval*l.limit/10 {
 		credit = l.credit // a busy key (a departure within a tenth of the window): what settles gave back
 	}
-	pace := math.Max(st[1], at-credit) + c*l.interval
-	n := 2 + copy(st[2:], st[first:])
+	before := st[1]
+	pace := math.Max(before, at-credit) + c*l.interval
+	n := head + copy(st[head:], st[first:])
 	st = st[:n]
 	st[0], st[1] = used+c, pace
-	if n >= 4 && st[n-2] >= at { // the same departure: merge
+	if n >= head+2 && st[n-2] >= at { // the same departure: merge (the undo stays the first's)
 		st[n-1] += c
 		return st
 	}
+	st[2] = before
 	return append(st, at, c)
 }
 
@@ -133,28 +140,32 @@ func (l *TrailingLog) Commit(st State, now, delay float64, cost int64) State {
 func (l *TrailingLog) Status(st State, now float64) (remaining, resetAfter float64) {
 	_, used := l.live(st, now)
 	reset := 0.0
-	if len(st) >= 2 {
+	if len(st) >= head {
 		reset = math.Max(st[1]-now, 0)
 	}
-	if len(st) >= 4 && used > 0 {
+	if len(st) >= head+2 && used > 0 {
 		reset = math.Max(reset, (st[len(st)-2]+l.window)-now)
 	}
 	return l.limit - used, reset
 }
 
 // GiveBack takes units off the entry stamped at, never below zero, and
-// moves the pace back by what it took; the newest entry, left empty (a
-// cancelled reservation), is dropped.
+// moves the pace (and the undo) back by what it took; the newest entry,
+// left empty (a cancelled reservation), is dropped, and the pace is what
+// it was before that entry's commit, less what was given back since.
 func (l *TrailingLog) GiveBack(st State, at float64, units int64) State {
-	if len(st) < 2 {
+	if len(st) < head {
 		return st
 	}
 	before := st[0]
-	st = giveBack(st, 2, at, units)
-	st[1] -= (before - st[0]) * l.interval
-	if n := len(st); n >= 4 && st[n-2] == at && st[n-1] == 0 { // the newest entry, all given back (cancelled): gone, so that the next request is not held behind it
-		st = st[:n-2]
+	st = giveBack(st, head, at, units)
+	g := (before - st[0]) * l.interval
+	if n := len(st); n >= head+2 && st[n-2] == at && st[n-1] == 0 { // the newest entry, all given back (cancelled): gone, so that the next request is not held behind it
+		st[1] = math.Min(st[1]-g, st[2])
+		return st[:n-2]
 	}
+	st[1] -= g
+	st[2] -= g
 	return st
 }
 

@@ -351,11 +351,11 @@ function slog.max_wait(p) return 0 end
 
 -- Trailing log (algorithms.TrailingLog): p = {limit, window (the partner's
 -- plus the spread), max wait, interval, tolerance, credit}; st = {total,
--- pace, ts1, cost1, ...}.
+-- pace, undo, ts1, cost1, ...}.
 local trail = {}
 local function trail_live(p, st, t)
-  if #st < 2 then return 3, 0 end
-  local used, first = st[1], 3
+  if #st < 3 then return 4, 0 end
+  local used, first = st[1], 4
   while first + 1 <= #st and st[first] + p[2] <= t do
     used = used - st[first + 1]
     first = first + 2
@@ -365,11 +365,11 @@ end
 function trail.admissible(p, cost) return cost <= p[1] end
 function trail.delay(p, st, now, cost)
   local base = now
-  if #st >= 2 then
+  if #st >= 3 then
     local pace = st[2] - math.max(p[5] - cost * p[4], 0)
     if pace > base then base = pace end
   end
-  if #st >= 4 and st[#st - 1] > base then base = st[#st - 1] end
+  if #st >= 5 and st[#st - 1] > base then base = st[#st - 1] end
   local first, used = trail_live(p, st, base)
   if used + cost <= p[1] then return base - now end
   for i = first, #st - 1, 2 do
@@ -380,17 +380,19 @@ function trail.delay(p, st, now, cost)
 end
 function trail.commit(p, st, now, delay, cost)
   local at = now + delay
-  if #st < 2 then return {cost, at + cost * p[4], at, cost} end
+  if #st < 3 then return {cost, at + cost * p[4], at, at, cost} end
   local first, used = trail_live(p, st, now)
   local credit = p[5]
-  if #st >= 4 and st[#st - 1] > at - p[4] * p[1] / 10 then credit = p[6] end
-  local out = {used + cost, math.max(st[2], at - credit) + cost * p[4]}
+  if #st >= 5 and st[#st - 1] > at - p[4] * p[1] / 10 then credit = p[6] end
+  local before = st[2]
+  local out = {used + cost, math.max(before, at - credit) + cost * p[4], st[3]}
   for i = first, #st do out[#out + 1] = st[i] end
   local n = #out
-  if n >= 4 and out[n - 1] >= at then
+  if n >= 5 and out[n - 1] >= at then
     out[n] = out[n] + cost
     return out
   end
+  out[3] = before
   out[n + 1] = at
   out[n + 2] = cost
   return out
@@ -398,21 +400,25 @@ end
 function trail.status(p, st, now)
   local _, used = trail_live(p, st, now)
   local reset = 0
-  if #st >= 2 then reset = math.max(st[2] - now, 0) end
-  if #st >= 4 and used > 0 then reset = math.max(reset, (st[#st - 1] + p[2]) - now) end
+  if #st >= 3 then reset = math.max(st[2] - now, 0) end
+  if #st >= 5 and used > 0 then reset = math.max(reset, (st[#st - 1] + p[2]) - now) end
   return p[1] - used, reset
 end
 function trail.max_wait(p) return p[3] end
 function trail.give_back(p, st, at, units)
-  if #st < 2 then return st end
+  if #st < 3 then return st end
   local before = st[1]
-  st = give_back(st, 3, at, units)
-  st[2] = st[2] - (before - st[1]) * p[4]
+  st = give_back(st, 4, at, units)
+  local g = (before - st[1]) * p[4]
   local n = #st
-  if n >= 4 and st[n - 1] == at and st[n] == 0 then
+  if n >= 5 and st[n - 1] == at and st[n] == 0 then
+    st[2] = math.min(st[2] - g, st[3])
     st[n] = nil
     st[n - 1] = nil
+    return st
   end
+  st[2] = st[2] - g
+  st[3] = st[3] - g
   return st
 end
 

@@ -17,11 +17,20 @@ const DefaultLateness = 4 * time.Millisecond
 // the network's delay, and of the partner's own reading of its clock.
 const DefaultJitter = time.Millisecond
 
+// DefaultSpacingJitter is the jitter assumed for a limit that refuses on
+// spacing (NginxLimitReq), unless WithJitter says otherwise: such a
+// partner refuses a request that comes a millisecond too close, and the
+// path from a departure to its clock (the HTTP client, a new connection's
+// dial, the network, its event loop) varies by a few milliseconds on a
+// loaded host.
+const DefaultSpacingJitter = 5 * time.Millisecond
+
 // Option configures New.
 type Option func(*options)
 
 type options struct {
 	lateness, jitter time.Duration
+	jitterSet        bool
 	shaper           []shaper.Option
 	err              error
 }
@@ -39,14 +48,16 @@ func WithLateness(d time.Duration) Option {
 }
 
 // WithJitter sets the spread of the delay between a request's departure and
-// its arrival as the partner counts it (default DefaultJitter; 0 or more):
-// the network's jitter, a proxy's queue, the partner's clock resolution.
+// its arrival as the partner counts it (default DefaultJitter, and
+// DefaultSpacingJitter when a limit refuses on spacing; 0 or more): the
+// HTTP client's and the network's jitter, a proxy's queue, the partner's
+// clock resolution.
 func WithJitter(d time.Duration) Option {
 	return func(o *options) {
 		if d < 0 {
 			o.err = &shaper.ConfigError{Algorithm: "partner", Field: "Jitter", Value: d, Reason: "must be >= 0"}
 		}
-		o.jitter = d
+		o.jitter, o.jitterSet = d, true
 	}
 }
 
@@ -77,6 +88,13 @@ func New(store shaper.Store, limits []Limit, opts ...Option) (*shaper.Shaper, er
 	}
 	if o.err != nil {
 		return nil, o.err
+	}
+	if !o.jitterSet {
+		for _, l := range limits {
+			if l.Model == LimitReq {
+				o.jitter = max(o.jitter, DefaultSpacingJitter)
+			}
+		}
 	}
 	dims, err := Dimensions(limits, o.lateness+o.jitter)
 	if err != nil {

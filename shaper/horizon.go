@@ -74,13 +74,14 @@ func (h *horizon) enter(ctx context.Context, s *Shaper, c *contract, key string,
 	}
 	// The requests ahead leave at the contract's rate at best.
 	mine := span(c, cost)
-	if late := a.tail.Sub(now) + a.queued + mine - h.span - c.maxQueue; late > 0 {
+	ahead := max(a.tail.Sub(now), 0) // a zero tail: none granted yet
+	if late := ahead + a.queued + mine - h.span - c.maxQueue; late > 0 {
 		h.forget(key, a, now)
 		h.mu.Unlock()
 		return nil, s.queueFull(c, key, late, "")
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		if wait := a.tail.Sub(now) + a.queued + mine - h.span; wait > time.Until(dl) {
+		if wait := ahead + a.queued + mine - h.span; wait > time.Until(dl) {
 			h.forget(key, a, now)
 			h.mu.Unlock()
 			return nil, &DeadlineError{Key: key, Delay: wait, Deadline: dl}

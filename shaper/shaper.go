@@ -141,11 +141,13 @@ func New(store Store, rate Rate, opts ...Option) (*Shaper, error) {
 // All returns a shaper of several contracts at once: a request departs at the
 // earliest instant every dimension allows, and consumes in all or in none;
 // the order of dims never matters; at most MaxDimensions. An LLM API's 3,500 requests and 90,000
-// tokens per minute, reserving each call's tokens as its cost:
+// tokens per minute, reserving each call's tokens as its cost (package
+// partner builds such dimensions from a partner's stated limits, allowing
+// for the lateness of departures: use it for a partner's limits):
 //
 //	shaper.All(store, []shaper.Dimension{
 //		{Name: "requests", Rate: shaper.PerMinute(3500), Cost: func(int64) int64 { return 1 }},
-//		{Name: "tokens", Rate: shaper.PerMinute(90000).WithBurst(90000)},
+//		{Name: "tokens", Rate: shaper.PerMinute(90000), Algorithm: shaper.TrailingWindow},
 //	})
 func All(store Store, dims []Dimension, opts ...Option) (*Shaper, error) {
 	return combine(store, dims, opts, false)

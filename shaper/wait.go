@@ -119,9 +119,14 @@ func (s *Shaper) acquireSlot(ctx context.Context, key string, cost int64, grante
 			if span := s.ahead.span; r.Delay > span {
 				// Held by the horizon: a slot further ahead goes back, and
 				// this request (the first of its key in this process)
-				// asks again when that slot is within the span.
+				// asks again when that slot is within the span, or a span
+				// from now (calls settling meanwhile may bring it closer).
 				if err := r.Cancel(context.WithoutCancel(ctx)); err == nil {
-					if err := s.sleepUntil(ctx, r.Time().Add(-span)); err != nil {
+					again := r.Time().Add(-span)
+					if soon := s.cfg.clock.Now().Add(span); soon.Before(again) {
+						again = soon
+					}
+					if err := s.sleepUntil(ctx, again); err != nil {
 						return Reservation{}, err
 					}
 					continue

@@ -14,11 +14,14 @@ import (
 )
 
 // DefaultSpacingMargin is the margin a Transport keeps between a strict
-// contract's departures unless WithSpacingMargin says otherwise (see
+// contract's departures on a key once the partner has refused one of its
+// requests, unless WithSpacingMargin says otherwise (see
 // shaper.Shaper.Space; at most a tenth of the interval): 4 ms, which
 // covers what a departure's timer wake-up, a new connection's dial and
 // the HTTP client add on a loaded machine, in one process and across a
 // fleet, measured against nginx's limit_req with no burst (docs/TRANSPORT.md).
+// A partner declared with package partner needs none: its schedule allows
+// for the lateness already, and it is never refused.
 const DefaultSpacingMargin = 4 * time.Millisecond
 
 // DefaultMaxPause caps the pause a partner's Retry-After or rate-limit
@@ -36,9 +39,11 @@ type Transport struct {
 	feedback bool
 	maxPause time.Duration
 	margin   time.Duration
-	abandon  time.Duration // WithAbandonGrace (inflight.go)
-	spaced   sync.Map      // key -> unix ns: when its margin is due for renewal
-	nspaced  atomic.Int64  // entries added to spaced since its last sweep
+	always   bool                                       // WithSpacingMargin: the margin from the first request, not from the first refusal
+	usage    func(*http.Response, []byte) (int64, bool) // WithUsage
+	abandon  time.Duration                              // WithAbandonGrace (inflight.go)
+	spaced   sync.Map                                   // key -> unix ns: when its margin is due for renewal
+	nspaced  atomic.Int64                               // entries added to spaced since its last sweep
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -101,9 +106,27 @@ func WithMaxPause(d time.Duration) Option {
 	return func(t *Transport) { t.maxPause = min(max(d, 0), shaper.MaxPause) }
 }
 
+// WithUsage settles each call's reservation with what the partner says it
+// used, read by usage from the response and its body once the caller has
+// read the body to its end or closed it (OpenAI and Anthropic report the
+// tokens a completion used in its JSON body, a stream in its last event).
+// usage gets the last MaxUsageBody bytes of the body; it returns false
+// when the body says nothing of it, and the reservation keeps its
+// estimate (Settle may still settle it). A refused call that says when to
+// come back (a 429 or 503 with Retry-After) is settled at nothing whatever
+// the option, as the partner counted nothing for it.
+func WithUsage(usage func(resp *http.Response, body []byte) (used int64, ok bool)) Option {
+	return func(t *Transport) { t.usage = usage }
+}
+
 // WithSpacingMargin sets the margin kept between the departures of a
-// strict contract (burst 1) on every key the Transport sends on (default
-// DefaultSpacingMargin; 0: none), so that a partner measuring the spacing
+// strict contract (burst 1) on every key the Transport sends on, from its
+// first request (0: none). By default the margin is DefaultSpacingMargin,
+// kept on a key only once the partner has refused a request of it (a
+// partner that counts requests per window, or a bucket with a burst, is
+// not refused for spacing, and the margin would only cost it its rate;
+// nor is a partner declared with package partner). It is kept so that a
+// partner measuring the spacing
 // of its arrivals strictly never sees two requests closer than the
 // contract's interval, however late each leaves (see
 // shaper.Shaper.Space: at most a tenth of the interval, fleet-wide,
@@ -112,7 +135,9 @@ func WithMaxPause(d time.Duration) Option {
 // Transport also holds a request whose predecessor on the key reached
 // the wire late (a new connection's dial) until its own slot plus that
 // lateness less the margin, so that the two do not arrive too close.
-func WithSpacingMargin(d time.Duration) Option { return func(t *Transport) { t.margin = max(d, 0) } }
+func WithSpacingMargin(d time.Duration) Option {
+	return func(t *Transport) { t.margin, t.always = max(d, 0), true }
+}
 
 // New returns an http.RoundTripper that waits for a departure slot on r before
 // sending each request through the base transport.
@@ -194,6 +219,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// releases it when it is done (handed), every other way out of here
 	// releases it now. Release does nothing without a permit.
 	handed := false
+	var tk *ticket // the reservation the request carries, for Settle
 	if res != nil {
 		defer func() {
 			if !handed {
@@ -204,7 +230,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Reservation is no shaper's grant: Route or otelshaper.Wrap over a
 		// Reserver without Acquire waited and had none to return. Settle
 		// reports it rather than settle nothing.
-		req = req.WithContext(context.WithValue(ctx, ticketKey{}, &ticket{r: *res, none: *res == shaper.Reservation{}}))
+		tk = &ticket{r: *res, none: *res == shaper.Reservation{}}
+		req = req.WithContext(context.WithValue(ctx, ticketKey{}, tk))
 		if *res != (shaper.Reservation{}) {
 			if req, err = t.keepSpacing(req, key, res); err != nil {
 				if req.Body != nil {
@@ -227,6 +254,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			departed = res.Time()
 		}
 		t.learn(ctx, key, resp, departed)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		t.refusedSpacing(ctx, key)
+	}
+	if tk != nil && !tk.none {
+		if refused(resp) {
+			// The partner counted nothing for a refused call: nor does
+			// its reservation (a window or a bucket gives its units back).
+			tk.mu.Lock()
+			_ = tk.r.Settle(context.WithoutCancel(ctx), 0)
+			tk.mu.Unlock()
+		} else if t.usage != nil {
+			resp.Body = usageOf(resp, tk, t.usage, ctx)
+		}
 	}
 	if holds && res != nil && *res != (shaper.Reservation{}) && resp.Body != nil && resp.Body != http.NoBody {
 		resp.Body = releasing(resp.Body, res, ctx, finish)
@@ -251,16 +292,11 @@ func (t *Transport) space(ctx context.Context, key string) {
 	}
 	now := time.Now().UnixNano()
 	v, ok := t.spaced.Load(key)
+	if !t.always && (!ok || !v.(*spacing).refused.Load()) { // by default, only once the partner refused the key
+		return
+	}
 	if !ok {
-		v, _ = t.spaced.LoadOrStore(key, &spacing{})
-		if t.nspaced.Add(1)%1024 == 0 { // forget the keys no longer used
-			t.spaced.Range(func(k, v any) bool {
-				if e := v.(*spacing); e.next.Load() != 0 && e.next.Load() < now {
-					t.spaced.CompareAndDelete(k, v)
-				}
-				return true
-			})
-		}
+		v = t.spacingOf(key)
 	}
 	e := v.(*spacing)
 	if now < e.next.Load() {
@@ -278,12 +314,56 @@ func (t *Transport) space(ctx context.Context, key string) {
 	}
 }
 
+// refusedSpacing starts the default margin on key, refused by its partner:
+// the next request of it sets it (see space). A key whose rate is learned
+// is left alone: learning measures the partner by its refusals, and a
+// margin it set itself would read as the partner's limit.
+func (t *Transport) refusedSpacing(ctx context.Context, key string) {
+	if t.margin <= 0 || t.always {
+		return
+	}
+	if v, ok := t.spaced.Load(key); ok && v.(*spacing).refused.Load() {
+		return
+	}
+	if sr, ok := t.r.(shaper.StatusReader); ok {
+		if st, err := sr.Status(context.WithoutCancel(ctx), key, 1); err == nil && st.Learned != nil {
+			return
+		}
+	}
+	t.spacingOf(key).refused.Store(true)
+}
+
+// spacingOf returns key's spacing entry, made if need be; every 1,024 new
+// entries it forgets the keys no longer used: no margin in force, and no
+// request for a minute.
+func (t *Transport) spacingOf(key string) *spacing {
+	if v, ok := t.spaced.Load(key); ok {
+		return v.(*spacing)
+	}
+	v, loaded := t.spaced.LoadOrStore(key, &spacing{})
+	if !loaded && t.nspaced.Add(1)%1024 == 0 {
+		now := time.Now()
+		t.spaced.Range(func(k, v any) bool {
+			e := v.(*spacing)
+			e.lmu.Lock()
+			idle := now.Sub(e.lastSlot) > time.Minute
+			e.lmu.Unlock()
+			if next := e.next.Load(); next < now.UnixNano() && idle {
+				t.spaced.CompareAndDelete(k, v)
+			}
+			return true
+		})
+	}
+	return v.(*spacing)
+}
+
 // spacing is a key's margin: when it is due for renewal (unix ns; 0:
 // never set), and the lock its renewal holds; and how late this process's
 // last request of the key reached the wire after its slot.
 type spacing struct {
-	mu   sync.Mutex
-	next atomic.Int64
+	mu      sync.Mutex
+	next    atomic.Int64 // 0: not spaced yet
+	refused atomic.Bool  // the partner refused a request of the key (refusedSpacing)
 
 	lmu      sync.Mutex
 	lastSlot time.Time
@@ -304,11 +384,7 @@ func (t *Transport) keepSpacing(req *http.Request, key string, res *shaper.Reser
 	if t.margin <= 0 {
 		return req, nil
 	}
-	v, ok := t.spaced.Load(key)
-	if !ok {
-		return req, nil
-	}
-	e := v.(*spacing)
+	e := t.spacingOf(key)
 	clock, slot := res.Clock(), res.Time()
 	e.lmu.Lock()
 	hold := min(e.late-t.margin, maxCatchUp)
@@ -431,6 +507,15 @@ type ticket struct {
 	none bool // r is the zero Reservation: the Reserver returned no reservation
 }
 
+// refused reports whether resp refuses its call and says when to come
+// back: a 429 or a 503 with Retry-After. The partner counted nothing for
+// it, and the key pauses until then (a bare 429 keeps its slot counted:
+// the partner found the key too fast, and the slot slows it a little).
+func refused(resp *http.Response) bool {
+	return (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) &&
+		resp.Header.Get("Retry-After") != ""
+}
+
 // Settle records the actual cost of the call that resp answers, once the
 // caller has read it (an LLM API's token usage in the body, say), on the
 // reservation the Transport made for it with WithCost's estimate (see
@@ -441,7 +526,9 @@ type ticket struct {
 // nested) fails with a *shaper.ConfigError, and so does one whose Reserver
 // only waited: Route or otelshaper.Wrap over a Reserver without an Acquire method
 // have no reservation to settle. A reservation is settled once: settling it
-// again returns shaper.ErrSettled.
+// again returns shaper.ErrSettled, and so does settling a refused call's (a
+// 429 or a 503 with Retry-After), which the Transport settles at nothing,
+// or one WithUsage settled.
 func Settle(ctx context.Context, resp *http.Response, actual int64) error {
 	var tk *ticket
 	if resp != nil && resp.Request != nil {

@@ -87,13 +87,13 @@ func newShaper(t *testing.T, rate shaper.Rate, opts ...shaper.Option) *shaper.Sh
 
 // 100 concurrent requests at 50/s, burst 1, against a server that enforces
 // 50/s: no 429, and the server sees them 22 ms apart (20 ms and the
-// default spacing margin).
+// spacing margin, kept from the first request: WithSpacingMargin).
 func TestConcurrentRequestsArrivePaced(t *testing.T) {
 	t.Parallel()
 	p := &partner{interval: 20 * time.Millisecond, tolerance: 10 * time.Millisecond}
 	srv := httptest.NewServer(p)
 	defer srv.Close()
-	client := &http.Client{Transport: New(newShaper(t, shaper.PerSecond(50)), WithBase(srv.Client().Transport))}
+	client := &http.Client{Transport: New(newShaper(t, shaper.PerSecond(50)), WithBase(srv.Client().Transport), WithSpacingMargin(DefaultSpacingMargin))}
 	var wg sync.WaitGroup
 	var codes sync.Map
 	for range 100 {
@@ -126,8 +126,7 @@ func TestConcurrentRequestsArrivePaced(t *testing.T) {
 	}
 	slices.Sort(gaps)
 	// 50/s is a strict contract the transport keeps its spacing margin on
-	// (a tenth of the 20 ms interval, 2 ms: WithSpacingMargin): the slots
-	// are 22 ms apart.
+	// (a tenth of the 20 ms interval, 2 ms): the slots are 22 ms apart.
 	if med := gaps[len(gaps)/2]; med < 21*time.Millisecond || med > 24*time.Millisecond {
 		t.Fatalf("median gap at the server %v, want about 22ms (20 ms and the 2 ms margin)", med)
 	}
@@ -362,5 +361,62 @@ func TestFeedbackClampsTheKey(t *testing.T) {
 				t.Fatalf("after a clamp of 3 in 6 s the first call leaves in %v and the next %v after it", first.Delay, gap)
 			}
 		}
+	}
+}
+
+// By default the spacing margin is kept on a key only once its partner
+// refused a request of it: a partner that never refuses (one counting
+// requests per window) loses none of its rate to it.
+func TestSpacingMarginStartsAtARefusal(t *testing.T) {
+	t.Parallel()
+	refuse := atomic.Bool{}
+	p := &partner{respond: func(w http.ResponseWriter, n int) bool {
+		if refuse.CompareAndSwap(true, false) {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return true
+		}
+		return false
+	}}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	client := &http.Client{Transport: New(newShaper(t, shaper.PerSecond(50)), WithBase(srv.Client().Transport))}
+	batch := func() time.Duration {
+		p.mu.Lock()
+		from := len(p.arrivals)
+		p.mu.Unlock()
+		var wg sync.WaitGroup
+		for range 30 {
+			wg.Go(func() {
+				resp, err := client.Get(srv.URL)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = resp.Body.Close()
+			})
+		}
+		wg.Wait()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		arr := slices.Clone(p.arrivals[from:])
+		slices.SortFunc(arr, func(a, b time.Time) int { return a.Compare(b) })
+		gaps := make([]time.Duration, 0, len(arr))
+		for i := 1; i < len(arr); i++ {
+			gaps = append(gaps, arr[i].Sub(arr[i-1]))
+		}
+		slices.Sort(gaps)
+		return gaps[len(gaps)/2]
+	}
+	if med := batch(); med > 21*time.Millisecond {
+		t.Fatalf("before any refusal: median gap %v, want 20ms (no margin)", med)
+	}
+	refuse.Store(true)
+	resp, err := client.Get(srv.URL) // refused: the margin starts
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if med := batch(); med < 21*time.Millisecond || med > 24*time.Millisecond {
+		t.Fatalf("after a refusal: median gap %v, want about 22ms (20 ms and the 2 ms margin)", med)
 	}
 }
