@@ -104,6 +104,7 @@ func TestReport(t *testing.T) {
 	r.inflight(t)
 	r.fair(t)
 	r.fleet(t)
+	r.partners(t)
 	r.adaptive(t)
 	r.printf("\n## Targets missed\n\n")
 	if len(r.fail) == 0 {
@@ -119,7 +120,7 @@ func TestReport(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pacing.svg"), []byte(r.svg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## In-process", "## Keyed", "## Pacing", "## Settle and cancel", "## Redis", "## In-flight on Redis", "## Fair turns", "## Fleet", "## Learning a hidden limit"} {
+	for _, want := range []string{"## In-process", "## Keyed", "## Pacing", "## Settle and cancel", "## Redis", "## In-flight on Redis", "## Fair turns", "## Fleet", "## The partner's own count", "## Learning a hidden limit"} {
 		if !strings.Contains(r.md.String(), want) {
 			t.Errorf("report lacks %q", want)
 		}

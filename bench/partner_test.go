@@ -1,0 +1,294 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/throttlekit/throttlekit-go/internal/partnertest"
+	"github.com/throttlekit/throttlekit-go/internal/redistest"
+	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/partner"
+	"github.com/throttlekit/throttlekit-go/redisstore"
+	"github.com/throttlekit/throttlekit-go/shaper"
+)
+
+// A partnerModel is a partner's limit, the counter that counts it as the
+// partner does, and how a user of each library would configure it.
+type partnerModel struct {
+	name    string
+	limit   partner.Limit
+	counter func() partnertest.Counter
+	cost    func(*rand.Rand) int64 // a call's estimate
+	used    float64                // the least share of its estimate a call uses (it uses up to all of it)
+	span    time.Duration          // the window (a bucket's refill time)
+	quota   float64                // units per span
+	// x/time/rate as its docs lead a user: the quota's rate, a burst of
+	// the largest call (WaitN refuses more), no settle.
+	xRate  rate.Limit
+	xBurst int
+}
+
+func partnerModels() []partnerModel {
+	tokens := func(r *rand.Rand) int64 { return 50 + r.Int64N(3951) }
+	one := func(*rand.Rand) int64 { return 1 }
+	return []partnerModel{{
+		name: "trailing minute, 90,000 tokens (OpenAI TPM)", limit: partner.TrailingWindow("tokens", 90000, time.Minute),
+		counter: func() partnertest.Counter { return &partnertest.Trailing{Quota: 90000, Window: time.Minute} },
+		cost:    tokens, used: 0.3, span: time.Minute, quota: 90000, xRate: 1500, xBurst: 4000,
+	}, {
+		name: "fixed minute, 40,000 tokens", limit: partner.Window("tokens", 40000, time.Minute),
+		counter: func() partnertest.Counter { return &partnertest.Fixed{Quota: 40000, Window: time.Minute} },
+		cost:    tokens, used: 0.3, span: time.Minute, quota: 40000, xRate: 40000.0 / 60, xBurst: 4000,
+	}, {
+		name: "token bucket, 40,000 tokens a minute (Anthropic)", limit: partner.Bucket("tokens", 40000, shaper.PerMinute(40000)),
+		counter: func() partnertest.Counter { return &partnertest.Bucket{Capacity: 40000, Refill: 40000.0 / 60} },
+		cost:    tokens, used: 0.3, span: time.Minute, quota: 40000, xRate: 40000.0 / 60, xBurst: 4000,
+	}, {
+		name: "trailing second, 25 requests", limit: partner.TrailingWindow("requests", 25, time.Second).PerRequest(),
+		counter: func() partnertest.Counter { return &partnertest.Trailing{Quota: 25, Window: time.Second} },
+		cost:    one, used: 1, span: time.Second, quota: 25, xRate: 25, xBurst: 1,
+	}, {
+		name: "GCRA 100/s, burst 10", limit: partner.Bucket("requests", 10, shaper.PerSecond(100)).PerRequest(),
+		counter: func() partnertest.Counter { return &partnertest.Bucket{Capacity: 10, Refill: 100} },
+		cost:    one, used: 1, span: time.Second, quota: 100, xRate: 100, xBurst: 10,
+	}, {
+		name: "nginx limit_req 25r/s burst=5", limit: partner.NginxLimitReq(shaper.PerSecond(25), 5),
+		counter: func() partnertest.Counter { return &partnertest.LimitReq{Rate: 25, Burst: 5} },
+		cost:    one, used: 1, span: time.Second, quota: 25, xRate: 25, xBurst: 6,
+	}, {
+		name: "nginx limit_req 25r/s, no burst", limit: partner.NginxLimitReq(shaper.PerSecond(25), 0),
+		counter: func() partnertest.Counter { return &partnertest.LimitReq{Rate: 25} },
+		cost:    one, used: 1, span: time.Second, quota: 25, xRate: 25, xBurst: 1,
+	}}
+}
+
+// partnerLate is how late after it was let go a call may reach the
+// partner in the in-process runs: partner.DefaultLateness plus
+// partner.DefaultJitter, what a declared partner allows for by default.
+const partnerLate = partner.DefaultLateness + partner.DefaultJitter
+
+// partnerRun is what the partner saw of one run.
+type partnerRun struct {
+	calls, refused int
+	used           float64 // the share of the quota used, over the windows after the first
+}
+
+// waitFunc waits for a call of cost and returns its settle (nil: none).
+type waitFunc func(ctx context.Context, cost int64) (settle func(used int64), err error)
+
+// playPartner runs clients goroutines calling through wait for windows
+// spans of m, each call arriving at the partner up to late after it was
+// let go (0, late, or between, drawn alike for every library: in a
+// synctest bubble departures are exact, and this is the lateness and
+// jitter of a real host and network), and counts what the partner
+// counted: refusals, and the units it was used for, at their usage, after
+// the first span.
+func playPartner(m partnerModel, windows int, clients int, late time.Duration, wait waitFunc) partnerRun {
+	var res partnerRun
+	c := m.counter()
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(3, 9))
+	start := time.Now()
+	end := start.Add(time.Duration(windows) * m.span)
+	var used float64
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			ctx := context.Background()
+			for time.Now().Before(end) {
+				mu.Lock()
+				est := m.cost(rng)
+				use := max(int64(float64(est)*(m.used+(1-m.used)*rng.Float64())), 1)
+				// answered 20 to 500 ms later on a minute's window, as
+				// much sooner as the window is shorter (a demo's window is
+				// a minute scaled down in time)
+				latency := time.Duration(float64(time.Duration(20+rng.IntN(480))*time.Millisecond) * min(1, float64(m.span)/float64(time.Minute)))
+				var delay time.Duration // the departure's lateness and the network's jitter
+				switch rng.IntN(3) {
+				case 1:
+					delay = late
+				case 2:
+					delay = time.Duration(rng.Int64N(int64(late) + 1))
+				}
+				mu.Unlock()
+				settle, err := wait(ctx, est)
+				if err != nil {
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				time.Sleep(delay)
+				now := time.Now()
+				mu.Lock()
+				id, ok := c.Admit(now, est)
+				res.calls++
+				if !ok {
+					res.refused++
+					mu.Unlock()
+					if settle != nil {
+						settle(0)
+					}
+					continue
+				}
+				if now.Sub(start) >= m.span && now.Before(end) {
+					used += float64(use)
+				}
+				mu.Unlock()
+				time.Sleep(latency)
+				mu.Lock()
+				c.Done(time.Now(), id, use)
+				mu.Unlock()
+				if settle != nil {
+					settle(use)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	res.used = used / (m.quota * float64(windows-1))
+	return res
+}
+
+// partnerInProcess runs m for the three ways in one process, on a fake
+// clock: ThrottleKit's declared partner, x/time/rate as its docs lead, and
+// ThrottleKit with the contract translated by hand (the leaky bucket at the
+// quota's rate with a burst of the largest call).
+func partnerInProcess(t *testing.T, m partnerModel, windows int) (tk, x, hand partnerRun) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New(memstore.WithSweepInterval(0))
+		defer store.Close()
+		s, err := partner.New(store, []partner.Limit{m.limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk = playPartner(m, windows, 64, partnerLate, func(ctx context.Context, cost int64) (func(int64), error) {
+			r, err := s.Acquire(ctx, "k", cost)
+			if err != nil {
+				return nil, err
+			}
+			return func(used int64) { _ = r.Settle(ctx, used) }, nil
+		})
+	})
+	synctest.Test(t, func(t *testing.T) {
+		l := rate.NewLimiter(m.xRate, m.xBurst)
+		x = playPartner(m, windows, 64, partnerLate, func(ctx context.Context, cost int64) (func(int64), error) {
+			return nil, l.WaitN(ctx, int(cost))
+		})
+	})
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New(memstore.WithSweepInterval(0))
+		defer store.Close()
+		per := time.Duration(float64(m.span) / m.quota * float64(m.xBurst)) // the burst's worth of the rate
+		s, err := shaper.New(store, shaper.Rate{Count: int64(m.xBurst), Period: per, Burst: int64(m.xBurst)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hand = playPartner(m, windows, 64, partnerLate, func(ctx context.Context, cost int64) (func(int64), error) {
+			r, err := s.Acquire(ctx, "k", cost)
+			if err != nil {
+				return nil, err
+			}
+			return func(used int64) { _ = r.Settle(ctx, used) }, nil
+		})
+	})
+	return tk, x, hand
+}
+
+// partnerFleet runs the trailing-window tokens model in real time through
+// Redis, scaled down to a window of w: procs shapers (or redis_rate
+// limiters), each on its own client as a process would be, share the
+// quota; 16 goroutines each. redis_rate as its docs lead: PerMinute-style
+// Limit{Rate: quota, Burst: quota, Period: w}, AllowN, and a sleep of its
+// RetryAfter when refused.
+func partnerFleet(t *testing.T, addr string, w time.Duration, windows, procs int, lib string) partnerRun {
+	const quota = 90000
+	m := partnerModel{name: "fleet", cost: func(r *rand.Rand) int64 { return 50 + r.Int64N(3951) }, used: 0.3, span: w, quota: quota,
+		counter: func() partnertest.Counter { return &partnertest.Trailing{Quota: quota, Window: w} }}
+	var waits []waitFunc
+	prefix := fmt.Sprintf("pfleet-%s-%d-%d:", lib, procs, time.Now().UnixNano())
+	for range procs {
+		pc := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = pc.Close() })
+		switch lib {
+		case "throttlekit":
+			st := redisstore.New(pc)
+			t.Cleanup(func() { _ = st.Close() })
+			s, err := partner.New(st, []partner.Limit{partner.TrailingWindow("tokens", quota, w)}, partner.WithShaper(shaper.WithPrefix(prefix)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			waits = append(waits, func(ctx context.Context, cost int64) (func(int64), error) {
+				r, err := s.Acquire(ctx, "k", cost)
+				if err != nil {
+					return nil, err
+				}
+				return func(used int64) { _ = r.Settle(ctx, used) }, nil
+			})
+		case "redis_rate":
+			l := redis_rate.NewLimiter(pc)
+			limit := redis_rate.Limit{Rate: quota, Burst: quota, Period: w}
+			waits = append(waits, func(ctx context.Context, cost int64) (func(int64), error) {
+				for {
+					res, err := l.AllowN(ctx, prefix+"k", limit, int(cost))
+					if err != nil {
+						return nil, err
+					}
+					if res.Allowed > 0 {
+						return nil, nil
+					}
+					time.Sleep(res.RetryAfter)
+				}
+			})
+		}
+	}
+	i := 0
+	var mu sync.Mutex
+	return playPartner(m, windows, 16*procs, 0, func(ctx context.Context, cost int64) (func(int64), error) {
+		mu.Lock()
+		w := waits[i%len(waits)]
+		i++
+		mu.Unlock()
+		return w(ctx, cost)
+	})
+}
+
+func (r *report) partners(t *testing.T) {
+	windows := 4
+	if r.sc.runs == 1 && r.sc.benchtime != full.benchtime { // smoke
+		windows = 2
+	}
+	r.printf("\n## The partner's own count\n\n")
+	r.printf("Each partner counts its limit its own way (internal/partnertest: trailing and fixed windows, token buckets, nginx's `limit_req` on whole milliseconds); 64 goroutines call as fast as they are let, costs 50 to 4,000 tokens settled at 0.3 to 1x their estimate (requests: 1), each call reaching the partner 0 to %v after it was let go (the lateness of a loaded host and the network's jitter, drawn alike for every library) and answered 20 to 500 ms later (on a minute's window; proportionally sooner on a shorter one); in a synctest bubble, for %d windows. ThrottleKit declares the partner's limit (`partner.New`); x/time/rate is configured as its docs lead (`NewLimiter(quota's rate, largest call)`, `WaitN`, nothing settled); \"by hand\" is ThrottleKit's leaky bucket at the quota's rate with a burst of the largest call, settled. Quota used: over the windows after the first.\n\n", partnerLate, windows)
+	r.printf("| partner | ThrottleKit declared: refused, quota used | x/time/rate: refused, quota used | by hand: refused, quota used |\n| --- | --- | --- | --- |\n")
+	for _, m := range partnerModels() {
+		tk, x, hand := partnerInProcess(t, m, windows)
+		want := 0.97
+		if m.name == "nginx limit_req 25r/s, no burst" {
+			want = 0 // a strict spacing partner: nothing refused is the target
+		}
+		r.printf("| %s | %d of %d, **%.1f%%** %s | %d of %d, %.1f%% | %d of %d, %.1f%% |\n", m.name,
+			tk.refused, tk.calls, 100*tk.used, r.target(tk.refused == 0 && tk.used >= want, fmt.Sprintf("partner %s: %d refused, %.1f%% used (target 0, %.0f%%)", m.name, tk.refused, 100*tk.used, 100*want)),
+			x.refused, x.calls, 100*x.used, hand.refused, hand.calls, 100*hand.used)
+	}
+	srv := redistest.Start(t)
+	w := 3 * time.Second
+	if windows == 2 {
+		w = time.Second
+	}
+	r.printf("\n**A fleet through Redis, in real time.** The trailing tokens partner scaled to 90,000 tokens per trailing %v; 1 and 4 limiters, each on its own Redis client as a process is, 16 goroutines each; %d windows. redis_rate as its docs lead: `Limit{Rate: quota, Burst: quota, Period: window}` (as `PerMinute` builds it), `AllowN`, sleeping its `RetryAfter` when refused.\n\n", w, windows)
+	r.printf("| limiters | ThrottleKit declared: refused, quota used | redis_rate: refused, quota used |\n| --- | --- | --- |\n")
+	for _, procs := range []int{1, 4} {
+		tk := partnerFleet(t, srv.Addr(), w, windows, procs, "throttlekit")
+		rr := partnerFleet(t, srv.Addr(), w, windows, procs, "redis_rate")
+		r.printf("| %d | %d of %d, **%.1f%%** %s | %d of %d, %.1f%% |\n", procs, tk.refused, tk.calls, 100*tk.used,
+			r.target(tk.refused == 0, fmt.Sprintf("partner fleet of %d: %d refused (target 0)", procs, tk.refused)), rr.refused, rr.calls, 100*rr.used)
+	}
+}
