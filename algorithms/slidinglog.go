@@ -38,8 +38,15 @@ func (l *SlidingLog) live(st State, now float64) (first int, used float64) {
 	if len(st) == 0 {
 		return 0, 0
 	}
-	used, first = st[0], 1
-	for first+1 < len(st) && st[first]+l.window <= now {
+	return liveFrom(st, 1, l.window, now)
+}
+
+// liveFrom returns the index of the first entry of a log still in its
+// window at now and the total cost of the live entries; the entries start
+// at index first of st, whose st[0] is their total.
+func liveFrom(st State, first int, window, now float64) (int, float64) {
+	used := st[0]
+	for first+1 < len(st) && st[first]+window <= now {
 		used -= st[first+1]
 		first += 2
 	}

@@ -70,12 +70,7 @@ func (l *TrailingLog) live(st State, t float64) (first int, used float64) {
 	if len(st) < head {
 		return head, 0
 	}
-	used, first = st[0], head
-	for first+1 < len(st) && st[first]+l.window <= t {
-		used -= st[first+1]
-		first += 2
-	}
-	return first, used
+	return liveFrom(st, head, l.window, t)
 }
 
 // Delay returns how long after now the request departs: no earlier than

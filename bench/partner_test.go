@@ -157,6 +157,17 @@ func playPartner(m partnerModel, windows int, clients int, late time.Duration, w
 	return res
 }
 
+// acquiring waits on s's key "k" and settles what the call used.
+func acquiring(s *shaper.Shaper) waitFunc {
+	return func(ctx context.Context, cost int64) (func(int64), error) {
+		r, err := s.Acquire(ctx, "k", cost)
+		if err != nil {
+			return nil, err
+		}
+		return func(used int64) { _ = r.Settle(ctx, used) }, nil
+	}
+}
+
 // partnerInProcess runs m for the three ways in one process, on a fake
 // clock: ThrottleKit's declared partner, x/time/rate as its docs lead, and
 // ThrottleKit with the contract translated by hand (the leaky bucket at the
@@ -169,13 +180,7 @@ func partnerInProcess(t *testing.T, m partnerModel, windows int) (tk, x, hand pa
 		if err != nil {
 			t.Fatal(err)
 		}
-		tk = playPartner(m, windows, 64, partnerLate, func(ctx context.Context, cost int64) (func(int64), error) {
-			r, err := s.Acquire(ctx, "k", cost)
-			if err != nil {
-				return nil, err
-			}
-			return func(used int64) { _ = r.Settle(ctx, used) }, nil
-		})
+		tk = playPartner(m, windows, 64, partnerLate, acquiring(s))
 	})
 	synctest.Test(t, func(t *testing.T) {
 		l := rate.NewLimiter(m.xRate, m.xBurst)
@@ -191,13 +196,7 @@ func partnerInProcess(t *testing.T, m partnerModel, windows int) (tk, x, hand pa
 		if err != nil {
 			t.Fatal(err)
 		}
-		hand = playPartner(m, windows, 64, partnerLate, func(ctx context.Context, cost int64) (func(int64), error) {
-			r, err := s.Acquire(ctx, "k", cost)
-			if err != nil {
-				return nil, err
-			}
-			return func(used int64) { _ = r.Settle(ctx, used) }, nil
-		})
+		hand = playPartner(m, windows, 64, partnerLate, acquiring(s))
 	})
 	return tk, x, hand
 }
@@ -225,13 +224,7 @@ func partnerFleet(t *testing.T, addr string, w time.Duration, windows, procs int
 			if err != nil {
 				t.Fatal(err)
 			}
-			waits = append(waits, func(ctx context.Context, cost int64) (func(int64), error) {
-				r, err := s.Acquire(ctx, "k", cost)
-				if err != nil {
-					return nil, err
-				}
-				return func(used int64) { _ = r.Settle(ctx, used) }, nil
-			})
+			waits = append(waits, acquiring(s))
 		case "redis_rate":
 			l := redis_rate.NewLimiter(pc)
 			limit := redis_rate.Limit{Rate: quota, Burst: quota, Period: w}

@@ -293,14 +293,20 @@ function sliding.max_wait(p) return 0 end
 
 -- Sliding log: p = {limit, window}; st = {total, ts1, cost1, ts2, cost2, ...}.
 local slog = {}
-local function log_live(p, st, now)
-  if #st == 0 then return 2, 0 end
-  local used, first = st[1], 2
-  while first + 1 <= #st and st[first] + p[2] <= now do
+-- live_from returns the index of a log's first entry still in its window
+-- at now and the live entries' total; the entries start at index first,
+-- st[1] is their total (algorithms.liveFrom).
+local function live_from(st, first, window, now)
+  local used = st[1]
+  while first + 1 <= #st and st[first] + window <= now do
     used = used - st[first + 1]
     first = first + 2
   end
   return first, used
+end
+local function log_live(p, st, now)
+  if #st == 0 then return 2, 0 end
+  return live_from(st, 2, p[2], now)
 end
 function slog.admissible(p, cost) return cost <= p[1] end
 function slog.delay(p, st, now, cost)
@@ -355,12 +361,7 @@ function slog.max_wait(p) return 0 end
 local trail = {}
 local function trail_live(p, st, t)
   if #st < 3 then return 4, 0 end
-  local used, first = st[1], 4
-  while first + 1 <= #st and st[first] + p[2] <= t do
-    used = used - st[first + 1]
-    first = first + 2
-  end
-  return first, used
+  return live_from(st, 4, p[2], t)
 end
 function trail.admissible(p, cost) return cost <= p[1] end
 function trail.delay(p, st, now, cost)
