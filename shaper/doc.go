@@ -36,6 +36,12 @@
 // writes nothing; a done ctx returns ctx.Err() unchanged. Shapers and
 // stores are safe for concurrent use.
 //
+// Package partner declares a partner's limits as its documentation states
+// them (trailing or fixed windows, token buckets, nginx's limit_req,
+// concurrency) and returns the shaper that keeps them, allowing for the
+// lateness of departures: start there for a partner's stated limits
+// (docs/START.md).
+//
 // Package transport paces an http.Client, package queue runs a paced worker
 // pool, and package otelshaper records metrics and traces. Each takes a
 // Reserver: a *Shaper, or Route's choice of one per key. The transport and
