@@ -145,7 +145,9 @@ const instant = time.Microsecond
 
 // Dimensions returns the shaper dimensions that keep limits when each
 // request reaches the partner up to spread later than its slot (lateness
-// plus jitter), for a caller that builds the shaper itself.
+// plus jitter), for a caller that builds the shaper itself: give it
+// shaper.WithLateness(lateness), so that the lateness assumed is enforced,
+// and for limits of a call's cost shaper.WithHorizon, as New does.
 func Dimensions(limits []Limit, spread time.Duration) ([]shaper.Dimension, error) {
 	if len(limits) == 0 {
 		return nil, &LimitError{Field: "Limits", Reason: "none given: declare at least one"}
