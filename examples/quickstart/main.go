@@ -1,7 +1,8 @@
 // Command quickstart is ThrottleKit's main demo (`make demo`). It starts a
 // fake partner API on loopback that allows 25 requests per second and answers
 // 429 beyond, then sends the same burst of 100 requests twice: through a plain
-// http.Client, and through one whose Transport is transport.New(shaper). A
+// http.Client, and through one whose Transport is transport.New(shaper), the
+// shaper declared from the partner's limit (package partner). A
 // live line shows progress; a summary compares the two.
 //
 //	go run ./examples/quickstart [-short]
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/partner"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -42,17 +44,17 @@ func main() {
 	}
 }
 
-// partner enforces the contract like a strict GCRA with burst 1: a request
+// fakePartner enforces the contract like a strict GCRA with burst 1: a request
 // arriving more than half an interval before its theoretical time gets a 429.
 // (Half an interval absorbs scheduling jitter and still refuses two requests
 // in one slot.)
-type partner struct {
+type fakePartner struct {
 	mu       sync.Mutex
 	interval time.Duration
 	tat      time.Time
 }
 
-func (p *partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *fakePartner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	now := time.Now()
 	p.mu.Lock()
@@ -79,7 +81,7 @@ type result struct {
 }
 
 func run(w io.Writer) error {
-	p := &partner{interval: time.Second / rate}
+	p := &fakePartner{interval: time.Second / rate}
 	srv := httptest.NewServer(p)
 	defer srv.Close()
 	fmt.Fprintf(w, "partner on %s allows %d requests/s (429 beyond); each client sends %d at once\n\n", srv.URL, rate, requests)
@@ -87,7 +89,12 @@ func run(w io.Writer) error {
 	plain := &http.Client{Transport: srv.Client().Transport}
 	store := memstore.New()
 	defer store.Close()
-	s, err := shaper.New(store, shaper.PerSecond(rate))
+	// The partner's limit, declared as it counts it: a bucket of one
+	// request refilled 25 times a second (it lets a request come up to half
+	// an interval early, which the declaration does not count on). The
+	// shaper spaces its departures so that, a few milliseconds late or not,
+	// none arrives too soon.
+	s, err := partner.New(store, []partner.Limit{partner.Bucket("requests", 1, shaper.PerSecond(rate)).PerRequest()})
 	if err != nil {
 		return err
 	}
