@@ -22,8 +22,9 @@ const DefaultJitter = time.Millisecond
 // partner refuses a request that comes a millisecond too close, and the
 // path from a departure to its clock (the HTTP client, a new connection's
 // dial, the network, its event loop) varies by a few milliseconds on a
-// loaded host.
-const DefaultSpacingJitter = 5 * time.Millisecond
+// loaded host, and a fleet's processes each map the store's clock onto
+// their own, a few milliseconds apart under load.
+const DefaultSpacingJitter = 10 * time.Millisecond
 
 // Option configures New.
 type Option func(*options)
