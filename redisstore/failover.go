@@ -148,12 +148,10 @@ func (f *failover) Reserve(ctx context.Context, req *store.Request) error {
 	if f.local == nil { // FailOpen: admitted at once, nothing to give back
 		req.Dec = algorithms.AllDecision{Decision: decisionOf(true, 0), Took: 1<<len(req.Dims) - 1}
 		req.Tags = nil
-		req.Anchor = time.Time{} // at once: from the shaper's reading after the answer
 		return nil
 	}
 	local := *req
-	decided := d.Clock.Now()
-	local.Now = algorithms.Millis(decided) // the call may have taken the whole timeout
+	local.Now = algorithms.Millis(d.Clock.Now()) // the call may have taken the whole timeout
 	local.KeySet = twinsOf(req.KeySet)
 	local.Algs = make([]algorithms.Algorithm, len(req.Dims))
 	for i, dm := range req.Dims {
@@ -166,7 +164,6 @@ func (f *failover) Reserve(ctx context.Context, req *store.Request) error {
 		return err
 	}
 	req.Dec, req.Tags, req.Gens, req.Seqs, req.At, req.Decided = local.Dec, local.Tags, local.Gens, local.Seqs, local.At, local.Decided
-	req.Anchor = decided // the twin's delays count from the instant it decided at
 	if handsOver && req.Dec.Allowed && len(req.Tags) == 1 {
 		f.handoff.granted(d, req.Keys[0], req.Tags[0])
 	}

@@ -337,13 +337,13 @@ func binding(m *store.Request) string {
 
 // anchor returns the instant a decision asked for at now counts its delay
 // from: the one the store names (at: a store deciding on another clock
-// that mapped its slot onto the shaper's, or a failure policy that decided
-// locally at a later instant, after a call that failed; see
-// store.Request.Anchor); now itself when the store decided on the
-// shaper's clock at now; a clock reading taken after the answer when it
-// decided on another clock and named no instant (see Shaper.remote).
+// that mapped its slot onto the shaper's, see store.Request.Anchor); now
+// itself when the store decided on the shaper's clock at now; a clock
+// reading taken after the answer when it decided on another clock (see
+// Shaper.remote), or when a failure policy decided locally at a later
+// instant (after a call that failed).
 func (s *Shaper) anchor(now, at time.Time, local bool) time.Time {
-	if !at.IsZero() {
+	if !at.IsZero() && !local {
 		return at
 	}
 	if s.remote || local {

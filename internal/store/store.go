@@ -218,8 +218,7 @@ type Request struct {
 	Local   bool      // granted by a failure policy, not by the store
 	// Anchor is the instant, on the shaper's clock, that Dec.Delay counts
 	// from, when a store deciding on another clock (Remote) mapped its slot
-	// onto the shaper's, or a failure policy decided locally after a call
-	// that failed (zero: the shaper reads its clock after the call).
+	// onto the shaper's (zero: the shaper reads its clock after the call).
 	Anchor time.Time
 }
 
