@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -691,6 +692,14 @@ func TestRedisLeaseMarginOnTheFakeClock(t *testing.T) {
 		l := &sa.r.permits.leases
 		step := func(d time.Duration) { // advance d, and wait for the loop's round that falls due
 			before := l.rounds.Load()
+			// The loop arms its next timer after a round: under load it may
+			// not have yet, and an advance before it would fire nothing.
+			armed, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := clock.WaitForTimers(armed, 1); err != nil {
+				cancel()
+				t.Fatalf("the renewal loop armed no timer: %v", err)
+			}
+			cancel()
 			clock.Advance(d)
 			for deadline := time.Now().Add(5 * time.Second); l.rounds.Load() == before; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
