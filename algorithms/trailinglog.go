@@ -147,7 +147,15 @@ func (l *TrailingLog) Status(st State, now float64) (remaining, resetAfter float
 // GiveBack takes units off the entry stamped at, never below zero, and
 // moves the pace (and the undo) back by what it took; the newest entry,
 // left empty (a cancelled reservation), is dropped, and the pace is what
-// it was before that entry's commit, less what was given back since.
+// it was before that entry's commit, less what was given back since. The
+// empty entries it leaves newest (reservations cancelled before it) go
+// too: a request is held behind the newest departure granted, and an
+// empty entry is no departure. The pace then runs no further past the
+// newest entry left than its cost's interval or the tolerance, the larger
+// (as far as a queue's pace runs past its newest departure): an undo is
+// one entry deep, and reservations granted far ahead and cancelled in any
+// order must leave no more than the tolerance of pace behind them. No
+// entry left, no pace.
 func (l *TrailingLog) GiveBack(st State, at float64, units int64) State {
 	if len(st) < head {
 		return st
@@ -156,8 +164,16 @@ func (l *TrailingLog) GiveBack(st State, at float64, units int64) State {
 	st = giveBack(st, head, at, units)
 	g := (before - st[0]) * l.interval
 	if n := len(st); n >= head+2 && st[n-2] == at && st[n-1] == 0 { // the newest entry, all given back (cancelled): gone, so that the next request is not held behind it
-		st[1] = math.Min(st[1]-g, st[2])
-		return st[:n-2]
+		st = st[:n-2]
+		for n := len(st); n >= head+2 && st[n-1] == 0; n = len(st) { // their pace was given back with their units
+			st = st[:n-2]
+		}
+		bound := 0.0
+		if n := len(st); n >= head+2 {
+			bound = st[n-2] + math.Max(st[n-1]*l.interval, l.tolerance)
+		}
+		st[1] = math.Min(math.Min(st[1]-g, st[2]), bound)
+		return st
 	}
 	st[1] -= g
 	st[2] -= g

@@ -94,3 +94,63 @@ func TestTrailingLogPaces(t *testing.T) {
 		t.Fatalf("waits %v, want %v", waits, want)
 	}
 }
+
+// Reservations granted ahead and then cancelled, in any order, hold
+// nothing: a request after them waits no longer than it would have
+// without them, but for the pace's tolerance (a hundredth of the window),
+// and the log keeps the same departures (issue 38: the
+// horizon gates of a fleet cancel slots granted too far ahead, and an
+// empty entry or a pace left behind by them held the key for seconds).
+func TestTrailingLogCancelsHoldNothing(t *testing.T) {
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 8))
+		limit := float64(5 + rng.IntN(100))
+		window := time.Duration(100+rng.IntN(5000)) * time.Millisecond
+		l := must(NewTrailingLog(limit, window, time.Duration(rng.IntN(20))*time.Millisecond, time.Hour))
+		var st State
+		now := 1.7e12
+		for range rng.IntN(40) { // what the key did before
+			now += float64(rng.IntN(int(window.Milliseconds())/8 + 1))
+			var dec Decision
+			cost := int64(1 + rng.IntN(int(limit)))
+			st, dec, _ = Reserve(l, st, now, cost)
+			if rng.IntN(3) == 0 {
+				st = l.GiveBack(st, now+dec.Wait(), int64(rng.IntN(int(cost)+1)))
+			}
+		}
+		probe := int64(1 + rng.IntN(int(limit)))
+		want := l.Delay(st, now, probe)
+		live := func(st State) []float64 {
+			first, _ := l.live(st, now)
+			var out []float64
+			for i := first; i+1 < len(st); i += 2 {
+				if st[i+1] > 0 {
+					out = append(out, st[i], st[i+1])
+				}
+			}
+			return out
+		}
+		before := live(slices.Clone(st))
+		type held struct {
+			at   float64
+			cost int64
+		}
+		var hs []held
+		for range 1 + rng.IntN(8) {
+			cost := int64(1 + rng.IntN(int(limit)))
+			var dec Decision
+			st, dec, _ = Reserve(l, st, now, cost)
+			hs = append(hs, held{now + dec.Wait(), cost})
+		}
+		rng.Shuffle(len(hs), func(i, j int) { hs[i], hs[j] = hs[j], hs[i] })
+		for _, h := range hs {
+			st = l.GiveBack(st, h.at, h.cost)
+		}
+		if got := l.Delay(st, now, probe); got > want+l.tolerance+1e-3 {
+			t.Fatalf("seed %d: a request of %d waits %v ms after %d cancelled reservations, %v before them", seed, probe, got, len(hs), want)
+		}
+		if after := live(st); !slices.Equal(after, before) {
+			t.Fatalf("seed %d: the departures changed: %v, were %v", seed, after, before)
+		}
+	}
+}

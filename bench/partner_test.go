@@ -9,15 +9,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/go-redis/redis_rate/v10"
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
 	"github.com/throttlekit/throttlekit-go/internal/partnertest"
 	"github.com/throttlekit/throttlekit-go/internal/redistest"
 	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/partner"
-	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -85,6 +82,63 @@ type partnerRun struct {
 // waitFunc waits for a call of cost and returns its settle (nil: none).
 type waitFunc func(ctx context.Context, cost int64) (settle func(used int64), err error)
 
+// partnerCount is a partner counting m its own way, on its own clock, for
+// windows spans from start: what it refused, and the units it was used
+// for, at their usage, after the first span.
+type partnerCount struct {
+	mu         sync.Mutex
+	m          partnerModel
+	c          partnertest.Counter
+	start, end time.Time
+	windows    int
+	res        partnerRun
+	used       float64
+}
+
+func newPartnerCount(m partnerModel, start time.Time, windows int) *partnerCount {
+	return &partnerCount{m: m, c: m.counter(), start: start, end: start.Add(time.Duration(windows) * m.span), windows: windows}
+}
+
+// admit judges an arrival at now of est units that will use use, and
+// counts it.
+func (p *partnerCount) admit(now time.Time, est, use int64) (id int, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id, ok = p.c.Admit(now, est)
+	p.res.calls++
+	if !ok {
+		p.res.refused++
+		return id, false
+	}
+	if now.Sub(p.start) >= p.m.span && now.Before(p.end) {
+		p.used += float64(use)
+	}
+	return id, true
+}
+
+// done says the admitted call id used use, at now.
+func (p *partnerCount) done(now time.Time, id int, use int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.c.Done(now, id, use)
+}
+
+// run returns what the partner counted.
+func (p *partnerCount) run() partnerRun {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res := p.res
+	res.used = p.used / (p.m.quota * float64(p.windows-1))
+	return res
+}
+
+// latencyOf is how long after it arrives a call to m is answered: 20 to
+// 500 ms on a minute's window, as much sooner as the window is shorter (a
+// demo's window is a minute scaled down in time).
+func latencyOf(m partnerModel, rng *rand.Rand) time.Duration {
+	return time.Duration(float64(time.Duration(20+rng.IntN(480))*time.Millisecond) * min(1, float64(m.span)/float64(time.Minute)))
+}
+
 // playPartner runs clients goroutines calling through wait for windows
 // spans of m, each call arriving at the partner up to late after it was
 // let go (0, late, or between, drawn alike for every library: in a
@@ -93,13 +147,10 @@ type waitFunc func(ctx context.Context, cost int64) (settle func(used int64), er
 // counted: refusals, and the units it was used for, at their usage, after
 // the first span.
 func playPartner(m partnerModel, windows int, clients int, late time.Duration, wait waitFunc) partnerRun {
-	var res partnerRun
-	c := m.counter()
-	var mu sync.Mutex
+	p := newPartnerCount(m, time.Now(), windows)
+	end := p.end
+	var mu sync.Mutex // rng's
 	rng := rand.New(rand.NewPCG(3, 9))
-	start := time.Now()
-	end := start.Add(time.Duration(windows) * m.span)
-	var used float64
 	var wg sync.WaitGroup
 	for range clients {
 		wg.Go(func() {
@@ -108,10 +159,7 @@ func playPartner(m partnerModel, windows int, clients int, late time.Duration, w
 				mu.Lock()
 				est := m.cost(rng)
 				use := max(int64(float64(est)*(m.used+(1-m.used)*rng.Float64())), 1)
-				// answered 20 to 500 ms later on a minute's window, as
-				// much sooner as the window is shorter (a demo's window is
-				// a minute scaled down in time)
-				latency := time.Duration(float64(time.Duration(20+rng.IntN(480))*time.Millisecond) * min(1, float64(m.span)/float64(time.Minute)))
+				latency := latencyOf(m, rng)
 				var delay time.Duration // the departure's lateness and the network's jitter
 				switch rng.IntN(3) {
 				case 1:
@@ -126,26 +174,15 @@ func playPartner(m partnerModel, windows int, clients int, late time.Duration, w
 					continue
 				}
 				time.Sleep(delay)
-				now := time.Now()
-				mu.Lock()
-				id, ok := c.Admit(now, est)
-				res.calls++
+				id, ok := p.admit(time.Now(), est, use)
 				if !ok {
-					res.refused++
-					mu.Unlock()
 					if settle != nil {
 						settle(0)
 					}
 					continue
 				}
-				if now.Sub(start) >= m.span && now.Before(end) {
-					used += float64(use)
-				}
-				mu.Unlock()
 				time.Sleep(latency)
-				mu.Lock()
-				c.Done(time.Now(), id, use)
-				mu.Unlock()
+				p.done(time.Now(), id, use)
 				if settle != nil {
 					settle(use)
 				}
@@ -153,8 +190,7 @@ func playPartner(m partnerModel, windows int, clients int, late time.Duration, w
 		})
 	}
 	wg.Wait()
-	res.used = used / (m.quota * float64(windows-1))
-	return res
+	return p.run()
 }
 
 // acquiring waits on s's key "k" and settles what the call used.
@@ -201,58 +237,6 @@ func partnerInProcess(t *testing.T, m partnerModel, windows int) (tk, x, hand pa
 	return tk, x, hand
 }
 
-// partnerFleet runs the trailing-window tokens model in real time through
-// Redis, scaled down to a window of w: procs shapers (or redis_rate
-// limiters), each on its own client as a process would be, share the
-// quota; 16 goroutines each. redis_rate as its docs lead: PerMinute-style
-// Limit{Rate: quota, Burst: quota, Period: w}, AllowN, and a sleep of its
-// RetryAfter when refused.
-func partnerFleet(t *testing.T, addr string, w time.Duration, windows, procs int, lib string) partnerRun {
-	const quota = 90000
-	m := partnerModel{name: "fleet", cost: func(r *rand.Rand) int64 { return 50 + r.Int64N(3951) }, used: 0.3, span: w, quota: quota,
-		counter: func() partnertest.Counter { return &partnertest.Trailing{Quota: quota, Window: w} }}
-	var waits []waitFunc
-	prefix := fmt.Sprintf("pfleet-%s-%d-%d:", lib, procs, time.Now().UnixNano())
-	for range procs {
-		pc := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { _ = pc.Close() })
-		switch lib {
-		case "throttlekit":
-			st := redisstore.New(pc)
-			t.Cleanup(func() { _ = st.Close() })
-			s, err := partner.New(st, []partner.Limit{partner.TrailingWindow("tokens", quota, w)}, partner.WithShaper(shaper.WithPrefix(prefix)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			waits = append(waits, acquiring(s))
-		case "redis_rate":
-			l := redis_rate.NewLimiter(pc)
-			limit := redis_rate.Limit{Rate: quota, Burst: quota, Period: w}
-			waits = append(waits, func(ctx context.Context, cost int64) (func(int64), error) {
-				for {
-					res, err := l.AllowN(ctx, prefix+"k", limit, int(cost))
-					if err != nil {
-						return nil, err
-					}
-					if res.Allowed > 0 {
-						return nil, nil
-					}
-					time.Sleep(res.RetryAfter)
-				}
-			})
-		}
-	}
-	i := 0
-	var mu sync.Mutex
-	return playPartner(m, windows, 16*procs, 0, func(ctx context.Context, cost int64) (func(int64), error) {
-		mu.Lock()
-		w := waits[i%len(waits)]
-		i++
-		mu.Unlock()
-		return w(ctx, cost)
-	})
-}
-
 func (r *report) partners(t *testing.T) {
 	windows := 4
 	if r.sc.runs == 1 && r.sc.benchtime != full.benchtime { // smoke
@@ -272,16 +256,5 @@ func (r *report) partners(t *testing.T) {
 			x.refused, x.calls, 100*x.used, hand.refused, hand.calls, 100*hand.used)
 	}
 	srv := redistest.Start(t)
-	w := 3 * time.Second
-	if windows == 2 {
-		w = time.Second
-	}
-	r.printf("\n**A fleet through Redis, in real time.** The trailing tokens partner scaled to 90,000 tokens per trailing %v; 1 and 4 limiters, each on its own Redis client as a process is, 16 goroutines each; %d windows. redis_rate as its docs lead: `Limit{Rate: quota, Burst: quota, Period: window}` (as `PerMinute` builds it), `AllowN`, sleeping its `RetryAfter` when refused.\n\n", w, windows)
-	r.printf("| limiters | ThrottleKit declared: refused, quota used | redis_rate: refused, quota used |\n| --- | --- | --- |\n")
-	for _, procs := range []int{1, 4} {
-		tk := partnerFleet(t, srv.Addr(), w, windows, procs, "throttlekit")
-		rr := partnerFleet(t, srv.Addr(), w, windows, procs, "redis_rate")
-		r.printf("| %d | %d of %d, **%.1f%%** %s | %d of %d, %.1f%% |\n", procs, tk.refused, tk.calls, 100*tk.used,
-			r.target(tk.refused == 0, fmt.Sprintf("partner fleet of %d: %d refused (target 0)", procs, tk.refused)), rr.refused, rr.calls, 100*rr.used)
-	}
+	r.partnerProcessesReport(t, srv.Addr(), windows == 2)
 }

@@ -5,7 +5,11 @@
 -- clamp replaces the one before it, whose next slot, if it has not come,
 -- stays held (or its reset, whichever is sooner), but no later than the
 -- new interval after the departure before it (set_clamp's spread).
+-- With ARGV[4] '1', a key whose clamp in force spaces departures further
+-- apart keeps it (set_clamp's tighter: a pause's resumed pace never
+-- loosens a partner's count).
 -- KEYS: the state keys (a clamp lives in K:k). ARGV[1]: now in ms ('' for
---   TIME); ARGV[2]: the interval in ms; ARGV[3]: the span in ms.
+--   TIME); ARGV[2]: the interval in ms; ARGV[3]: the span in ms; ARGV[4]:
+--   '1' to keep a tighter clamp (absent: '0').
 -- Reply: the clamp's end (ms) as a string.
-return set_clamp(1, clock(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), false, true)
+return set_clamp(1, clock(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1', true)

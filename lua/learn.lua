@@ -13,9 +13,10 @@
 --   clamp in force spaces departures further apart; ARGV[8]: the
 --   oldest bucket kept (older ones are dropped); ARGV[9]: the first bucket
 --   to read ('0': none); ARGV[10]: the tallies' life in ms; ARGV[11]: '1'
---   to reset the state keys first (reset: their schedules, ledgers and
---   pauses go, their clamps stay; with a clamp only); ARGV[12]: how many
---   tallies to add, then per tally its bucket, accepted and answered.
+--   to reset the state keys first (reset: their schedules and ledgers go,
+--   their pauses and clamps stay; with a clamp only); ARGV[12]: how many
+--   tallies to add, then per tally its bucket, accepted and answered; with
+--   ARGV[11] '1', per state key its kind and six parameters (reset.lua).
 -- The tallies are added whatever the version; when the record's version
 -- is ARGV[1] the record, the reset and the clamp are written, otherwise
 -- none is.
@@ -69,11 +70,10 @@ if ver ~= ARGV[1] then return {cur, tallies} end
 if ARGV[4] ~= '-' then
   local r = set_clamp(3, clock(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1')
   if type(r) == 'table' and r.err then return r end
-  if ARGV[11] == '1' then -- redisstore's Reset but the clamp (K:k, see derivedSuffixes)
-    for i = 3, #KEYS do
-      local k = KEYS[i]
-      redis.call('DEL', k, k .. ':p', k .. ':l', k .. ':h', k .. ':b', k .. ':c')
-    end
+  if ARGV[11] == '1' then -- redisstore's Reset but the pause and the clamp (K:p, K:k)
+    local sks = {}
+    for i = 3, #KEYS do sks[#sks + 1] = KEYS[i] end
+    reset_keys(sks, ARGV, 12 + 3 * nadd, clock(ARGV[4]), true)
   end
 end
 if ARGV[2] ~= '' then

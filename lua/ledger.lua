@@ -67,6 +67,19 @@ local function ledger_lib()
     return l
   end
 
+  -- reset: gcra.Kernel.ResetLedger, for a key whose TAT is s (nil: cold)
+  -- and whose old Ledger (nil: none) reaches horizon (its last hole or
+  -- claimed tag; nil: none); the Ledger and the tag to claim, or nil.
+  function L.reset(old, s, horizon, now, interval, tau)
+    local h = s or -math.huge
+    if old and horizon and horizon > h then h = horizon end
+    if not (h > now) then return nil end
+    local l = L.new(h, now, interval, tau)
+    if old and old.seq > l.start then l.start, l.seq = old.seq, old.seq end
+    l.over[1] = {now, tau, l.start, h}
+    return l, h
+  end
+
   -- renew: gcra.Kernel.RenewLedger (old: the Ledger gone idle).
   function L.renew(old, s, now, interval, tau)
     local l = L.new(s, now, interval, tau)

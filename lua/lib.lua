@@ -413,9 +413,17 @@ function trail.give_back(p, st, at, units)
   local g = (before - st[1]) * p[4]
   local n = #st
   if n >= 5 and st[n - 1] == at and st[n] == 0 then
-    st[2] = math.min(st[2] - g, st[3])
     st[n] = nil
     st[n - 1] = nil
+    n = n - 2
+    while n >= 5 and st[n] == 0 do -- empty entries left newest: no departures
+      st[n] = nil
+      st[n - 1] = nil
+      n = n - 2
+    end
+    local bound = 0
+    if n >= 5 then bound = st[n - 1] + math.max(st[n] * p[4], p[5]) end
+    st[2] = math.min(math.min(st[2] - g, st[3]), bound)
     return st
   end
   st[2] = st[2] - g

@@ -53,6 +53,18 @@ var (
 	//go:embed ledger.lua
 	Ledger string
 
+	// Reset is reset_keys, the Reset of state keys that keeps a Ledger for
+	// the reservations granted before it (gcra.Kernel.ResetLedger): a
+	// function of Lib and Ledger that ResetKeys and Learn call.
+	//
+	//go:embed reset.lua
+	Reset string
+
+	// ResetKeys forgets state keys (redisstore's Reset).
+	//
+	//go:embed reset_keys.lua
+	ResetKeys string
+
 	// Settle gives back what a reservation did not use, settled with its
 	// actual cost or cancelled before its slot.
 	//

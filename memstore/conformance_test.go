@@ -22,13 +22,15 @@ func TestStatusConsumesNothing(t *testing.T) {
 
 // A learning fleet keeps what its partner said on the memory store
 // (storetest.LearnedKeepsThePartnersWord): a slow policy's pace, a
-// remaining count's, a clamp's, after a Reset, across a version's wrap.
-// The Redis store's tests run the same suite on a node and a cluster.
+// remaining count's, a clamp's, after a Reset, across a version's wrap;
+// and a partner's pause never loosens its count. The Redis store's tests run the same suite on a node and a cluster.
 func TestLearnedKeepsThePartnersWord(t *testing.T) {
 	t.Parallel()
-	storetest.LearnedKeepsThePartnersWord(t, storetest.Candidate{Name: "memory", New: func() shaper.Store {
+	c := storetest.Candidate{Name: "memory", New: func() shaper.Store {
 		return memstore.New(memstore.WithSweepInterval(0))
-	}})
+	}}
+	storetest.LearnedKeepsThePartnersWord(t, c)
+	storetest.PausesKeepThePartnersCount(t, c)
 }
 
 // The class of the above on the memory store: whatever the feedback, a

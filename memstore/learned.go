@@ -108,7 +108,7 @@ func (m *mem) Learn(ctx context.Context, l *store.Learned, op *store.LearnOp) (s
 	}
 	if c := op.Clamp; c != nil {
 		if op.Reset { // the clamp in force stays throughout: no reservation sees the keys unclamped
-			m.reset(l.KeySet, true)
+			m.reset(l.KeySet, c.Now, true)
 		}
 		m.clamp(l.KeySet, c.Now, c.Interval, c.Span, c.Tighter, false)
 	}

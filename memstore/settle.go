@@ -68,6 +68,9 @@ func (m *mem) Settle(_ context.Context, st *store.Settlement) error {
 		l := t.ledger(j)
 		gen := t.gens[j] &^ hasLedger
 		cur := t.at(j, d.Kern, st.Now) // as the reservation's contract reads it
+		if cur == gcra.Cold {          // reset while its reservations could still settle: read as now, as Redis reads a TAT key gone
+			cur = st.Now
+		}
 		s, l := settleTAT(d.Kern, cur, l, &gen, st, i)
 		if s != cur { // unchanged, it stays as stored (under the contract that stored it), as on Redis
 			t.set(j, s, d.Kern)
@@ -181,26 +184,39 @@ func (m *mem) Pause(_ context.Context, ks store.KeySet, now, d float64) error {
 	return err
 }
 
-func (m *mem) Reset(_ context.Context, ks store.KeySet) error {
-	m.reset(ks, false)
+func (m *mem) Reset(_ context.Context, ks store.KeySet, now float64) error {
+	m.reset(ks, now, false)
 	return nil
 }
 
-// reset is Reset; with keepClamps the partners' clamps stay (a learning
-// key's Reset, store.LearnOp.Reset).
-func (m *mem) reset(ks store.KeySet, keepClamps bool) {
+// reset is Reset; with learning the partners' clamps and pauses stay (a
+// learning key's Reset, store.LearnOp.Reset). A key of the GCRA family whose
+// reservations may still be given back stays, cold (gcra.Cold, which
+// Settle reads as now, as Redis reads a TAT key gone), with the Ledger
+// that gives them nothing back (gcra.Kernel.ResetLedger; lua/ledger.lua's
+// reset).
+func (m *mem) reset(ks store.KeySet, now float64, learning bool) {
 	keys := ks.Keys
-	m.each(ks, func(_ *memShard, sp *memSpace, _ *store.Dim, i int) {
-		if sp.keys.remove(keys[i]) {
+	m.each(ks, func(_ *memShard, sp *memSpace, d *store.Dim, i int) {
+		t := &sp.tats
+		if j, ok := t.index[keys[i]]; ok && d.Kern != nil {
+			if l := d.Kern.ResetLedger(t.ledger(j), t.at(j, d.Kern, now), now); l != nil {
+				t.set(j, gcra.Cold, d.Kern)
+				t.setLedger(j, l)
+			} else if sp.keys.remove(keys[i]) {
+				m.keys.Add(-1)
+			}
+		} else if sp.keys.remove(keys[i]) {
 			m.keys.Add(-1)
+		}
+		if learning {
+			return
 		}
 		if _, ok := sp.paused[keys[i]]; ok {
 			delete(sp.paused, keys[i])
 			m.keys.Add(-1)
 		}
-		if !keepClamps {
-			delete(sp.clamps, keys[i])
-		}
+		delete(sp.clamps, keys[i])
 	})
 }
 
@@ -211,8 +227,8 @@ func (m *mem) reset(ks store.KeySet, keepClamps bool) {
 // from the key's next slot on, never from a whole new interval after a
 // departure another clamp (a spacing margin) spaced (lua/lib.lua's
 // set_clamp, mode 'spread').
-func (m *mem) Clamp(_ context.Context, ks store.KeySet, now, interval, span float64) error {
-	m.clamp(ks, now, interval, span, false, true)
+func (m *mem) Clamp(_ context.Context, ks store.KeySet, now, interval, span float64, keepTighter bool) error {
+	m.clamp(ks, now, interval, span, keepTighter, true)
 	return nil
 }
 

@@ -362,16 +362,16 @@ func runStepPair(t *testing.T, seed uint64, p *oldPath) int {
 			trail = append(trail, fmt.Sprintf("now %v pause %s %v", now, key, d))
 			both(func(m *mem, ds [2]*store.Dim) error { return m.Pause(bg, ks(ds), now, d) })
 		case op < 30: // a partner's clamp
-			interval, span := float64(1+rng.IntN(500)), float64(rng.IntN(3000))
-			trail = append(trail, fmt.Sprintf("now %v clamp %s %v %v", now, key, interval, span))
-			both(func(m *mem, ds [2]*store.Dim) error { return m.Clamp(bg, ks(ds), now, interval, span) })
+			interval, span, tighter := float64(1+rng.IntN(500)), float64(rng.IntN(3000)), rng.IntN(2) == 0
+			trail = append(trail, fmt.Sprintf("now %v clamp %s %v %v tighter %v", now, key, interval, span, tighter))
+			both(func(m *mem, ds [2]*store.Dim) error { return m.Clamp(bg, ks(ds), now, interval, span, tighter) })
 		case op == 30: // the contract changes live
 			cur = 1 - cur
 			trail = append(trail, fmt.Sprintf("now %v contract %d", now, cur))
 			both(func(m *mem, ds [2]*store.Dim) error { _, err := m.Rebind(ds[cur]); return err })
 		case op == 31 && rng.IntN(4) == 0:
 			trail = append(trail, fmt.Sprintf("now %v reset %s", now, key))
-			both(func(m *mem, ds [2]*store.Dim) error { return m.Reset(bg, ks(ds)) })
+			both(func(m *mem, ds [2]*store.Dim) error { return m.Reset(bg, ks(ds), now) })
 		case op == 32:
 			trail = append(trail, fmt.Sprintf("now %v sweep", now))
 			if n, o := pair.newM.sweep(), pair.oldM.sweep(); n != o {

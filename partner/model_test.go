@@ -26,7 +26,9 @@ type world struct {
 	counted []counted // the partner's counters, one per limit
 	clients int
 	cost    func(r *rand.Rand) int64            // a call's estimate
-	used    func(r *rand.Rand, est int64) int64 // what it used
+	used    func(r *rand.Rand, est int64) int64 // what it used (of its output too)
+	output  func(r *rand.Rand) int64            // its output tokens at most, reserved on their own (nil: none)
+	reserve func(est int64) int64               // what a call reserves (nil: its estimate)
 	windows int                                 // how long to run, in spans of span
 	span    time.Duration                       // the partner's window (or a bucket's refill time)
 	quota   float64                             // units the binding limit lets through per span, at most
@@ -39,6 +41,7 @@ type world struct {
 type counted struct {
 	c        partnertest.Counter
 	requests bool
+	output   bool // a call's output tokens: its most at the arrival, what it used when done
 }
 
 // result is what a run saw: refusals, and the units the partner counted as
@@ -82,7 +85,27 @@ func (w world) run(t *testing.T, seed uint64, spread time.Duration) result {
 				for time.Now().Before(end) {
 					est := draw(w.cost)
 					use := draw(func(r *rand.Rand) int64 { return w.used(r, est) })
-					r, err := s.Acquire(ctx, "k", est)
+					var maxOut, useOut int64
+					rctx := ctx
+					if w.output != nil {
+						maxOut = draw(w.output)
+						useOut = draw(func(r *rand.Rand) int64 { return w.used(r, maxOut) })
+						rctx = shaper.WithCosts(ctx, shaper.Costs{"output-tokens": maxOut})
+					}
+					units := func(k counted, est, use int64) int64 {
+						switch {
+						case k.requests:
+							return 1
+						case k.output:
+							return use
+						}
+						return est
+					}
+					reserved := est
+					if w.reserve != nil {
+						reserved = w.reserve(est)
+					}
+					r, err := s.Acquire(rctx, "k", reserved)
 					var qf *shaper.QueueFullError
 					if errors.As(err, &qf) {
 						time.Sleep(50 * time.Millisecond)
@@ -107,12 +130,8 @@ func (w world) run(t *testing.T, seed uint64, spread time.Duration) result {
 					ids := make([]int, len(w.counted))
 					ok := true
 					for i, k := range w.counted {
-						units := est
-						if k.requests {
-							units = 1
-						}
 						var in bool
-						ids[i], in = k.c.Admit(at, units)
+						ids[i], in = k.c.Admit(at, units(k, est, maxOut))
 						ok = ok && in
 					}
 					res.calls++
@@ -127,24 +146,21 @@ func (w world) run(t *testing.T, seed uint64, spread time.Duration) result {
 						_ = r.Settle(ctx, 0) // what the partner counted for it: nothing
 						continue
 					}
-					u := float64(use)
-					if w.counted[w.binding].requests {
-						u = 1
-					}
+					u := float64(units(w.counted[w.binding], use, useOut))
 					res.arrivals, res.units = append(res.arrivals, at), append(res.units, u)
 					latency := time.Duration(20+rng.IntN(480)) * time.Millisecond
 					mu.Unlock()
 					time.Sleep(latency)
 					mu.Lock()
 					for i, k := range w.counted {
-						actual := use
-						if k.requests {
-							actual = 1
-						}
-						k.c.Done(time.Now(), ids[i], actual)
+						k.c.Done(time.Now(), ids[i], units(k, use, useOut))
 					}
 					mu.Unlock()
-					if err := r.Settle(ctx, use); err != nil {
+					sctx := ctx
+					if w.output != nil {
+						sctx = shaper.WithCosts(ctx, shaper.Costs{"output-tokens": useOut})
+					}
+					if err := r.Settle(sctx, use); err != nil {
 						t.Errorf("%s: Settle: %v", w.name, err)
 					}
 				}
@@ -194,42 +210,61 @@ func worlds() []world {
 			partner.TrailingWindow("requests", 500, time.Minute).PerRequest(),
 			partner.TrailingWindow("tokens", 90000, time.Minute),
 		},
-		counted: []counted{{&partnertest.Trailing{Quota: 500, Window: time.Minute}, true}, {&partnertest.Trailing{Quota: 90000, Window: time.Minute}, false}},
-		clients: 64, cost: costs(50, 4000), used: usedBetween(0.3, 1), windows: 8, span: time.Minute, quota: 90000, binding: 1, minUse: 0.94,
+		counted: []counted{{c: &partnertest.Trailing{Quota: 500, Window: time.Minute}, requests: true}, {c: &partnertest.Trailing{Quota: 90000, Window: time.Minute}, requests: false}},
+		clients: 64, cost: costs(50, 4000), used: usedBetween(0.3, 1), windows: 8, span: time.Minute, quota: 90000, binding: 1, minUse: 0.95,
+	}, {
+		name:    "a trailing minute of 90,000 tokens, calls using 0.3 to 1.5 times their estimate, reserved at 1.5 times",
+		limits:  []partner.Limit{partner.TrailingWindow("tokens", 90000, time.Minute)},
+		counted: []counted{{c: &partnertest.Trailing{Quota: 90000, Window: time.Minute}}},
+		clients: 64, cost: costs(50, 4000), used: usedBetween(0.3, 1.5), reserve: func(est int64) int64 { return est * 3 / 2 },
+		windows: 8, span: time.Minute, quota: 90000, minUse: 0.95,
 	}, {
 		name:    "a trailing second of 25 requests",
 		limits:  []partner.Limit{partner.TrailingWindow("requests", 25, time.Second).PerRequest()},
-		counted: []counted{{&partnertest.Trailing{Quota: 25, Window: time.Second}, true}},
+		counted: []counted{{c: &partnertest.Trailing{Quota: 25, Window: time.Second}, requests: true}},
 		clients: 64, cost: one, used: exactly, windows: 20, span: time.Second, quota: 25, minUse: 0.985, minAll: 0.99,
 	}, {
 		name:    "a fixed hour of 5,000 requests on the partner's clock (GitHub)",
 		limits:  []partner.Limit{partner.Window("requests", 5000, time.Hour).PerRequest()},
-		counted: []counted{{&partnertest.Fixed{Quota: 5000, Window: time.Hour, Anchor: time.Date(2026, 3, 1, 11, 40, 0, 0, time.UTC)}, true}},
+		counted: []counted{{c: &partnertest.Fixed{Quota: 5000, Window: time.Hour, Anchor: time.Date(2026, 3, 1, 11, 40, 0, 0, time.UTC)}, requests: true}},
 		clients: 16, cost: one, used: exactly, windows: 6, span: time.Hour, quota: 5000, minUse: 0.97,
 	}, {
 		name:    "a fixed minute of 40,000 tokens from the first request",
 		limits:  []partner.Limit{partner.Window("tokens", 40000, time.Minute)},
-		counted: []counted{{&partnertest.Fixed{Quota: 40000, Window: time.Minute}, false}},
-		clients: 64, cost: costs(50, 2000), used: usedBetween(0.3, 1), windows: 8, span: time.Minute, quota: 40000, minUse: 0.94,
+		counted: []counted{{c: &partnertest.Fixed{Quota: 40000, Window: time.Minute}, requests: false}},
+		clients: 64, cost: costs(50, 2000), used: usedBetween(0.3, 1), windows: 8, span: time.Minute, quota: 40000, minUse: 0.95,
 	}, {
 		name:    "Anthropic: a bucket of 40,000 tokens refilled per minute",
 		limits:  []partner.Limit{partner.Bucket("tokens", 40000, shaper.PerMinute(40000))},
-		counted: []counted{{&partnertest.Bucket{Capacity: 40000, Refill: 40000.0 / 60}, false}},
-		clients: 64, cost: costs(50, 4000), used: usedBetween(0.3, 1), windows: 8, span: time.Minute, quota: 40000, minUse: 0.94,
+		counted: []counted{{c: &partnertest.Bucket{Capacity: 40000, Refill: 40000.0 / 60}, requests: false}},
+		clients: 64, cost: costs(50, 4000), used: usedBetween(0.3, 1), windows: 8, span: time.Minute, quota: 40000, minUse: 0.95,
+	}, {
+		name: "Anthropic: 1,000 RPM, 40,000 input and 8,000 output tokens per minute, each a bucket",
+		limits: []partner.Limit{
+			partner.Bucket("requests", 1000, shaper.PerMinute(1000)).PerRequest(),
+			partner.Bucket("input-tokens", 40000, shaper.PerMinute(40000)),
+			partner.Bucket("output-tokens", 8000, shaper.PerMinute(8000)),
+		},
+		counted: []counted{
+			{c: &partnertest.Bucket{Capacity: 1000, Refill: 1000.0 / 60}, requests: true},
+			{c: &partnertest.Bucket{Capacity: 40000, Refill: 40000.0 / 60}},
+			{c: &partnertest.Bucket{Capacity: 8000, Refill: 8000.0 / 60}, output: true},
+		},
+		clients: 64, cost: costs(50, 2000), output: costs(100, 800), used: usedBetween(0.3, 1), windows: 8, span: time.Minute, quota: 8000, binding: 2, minUse: 0.95,
 	}, {
 		name:    "a GCRA of 100/s with a burst of 10",
 		limits:  []partner.Limit{partner.Bucket("requests", 10, shaper.PerSecond(100)).PerRequest()},
-		counted: []counted{{&partnertest.Bucket{Capacity: 10, Refill: 100}, true}},
+		counted: []counted{{c: &partnertest.Bucket{Capacity: 10, Refill: 100}, requests: true}},
 		clients: 64, cost: one, used: exactly, windows: 20, span: time.Second, quota: 100, minUse: 0.97,
 	}, {
 		name:    "nginx limit_req 25 r/s, burst 5",
 		limits:  []partner.Limit{partner.NginxLimitReq(shaper.PerSecond(25), 5)},
-		counted: []counted{{&partnertest.LimitReq{Rate: 25, Burst: 5}, true}},
+		counted: []counted{{c: &partnertest.LimitReq{Rate: 25, Burst: 5}, requests: true}},
 		clients: 64, cost: one, used: exactly, windows: 20, span: time.Second, quota: 25, minUse: 0.97,
 	}, {
 		name:    "nginx limit_req 25 r/s, no burst",
 		limits:  []partner.Limit{partner.NginxLimitReq(shaper.PerSecond(25), 0)},
-		counted: []counted{{&partnertest.LimitReq{Rate: 25}, true}},
+		counted: []counted{{c: &partnertest.LimitReq{Rate: 25}, requests: true}},
 		clients: 64, cost: one, used: exactly, windows: 20, span: time.Second, quota: 25,
 	}}
 }
@@ -286,7 +321,7 @@ func fresh(cs []counted) []counted {
 		default:
 			panic(fmt.Sprintf("fresh: %T", v))
 		}
-		out[i] = counted{c, k.requests}
+		out[i] = counted{c, k.requests, k.output}
 	}
 	return out
 }

@@ -194,17 +194,17 @@ func (f *failover) Pause(ctx context.Context, ks store.KeySet, now, d float64) e
 }
 
 // Clamp clamps the keys on Redis and, under FailLocal, on the twins.
-func (f *failover) Clamp(ctx context.Context, ks store.KeySet, now, interval, span float64) error {
-	err := f.redis.Clamp(ctx, ks, now, interval, span)
+func (f *failover) Clamp(ctx context.Context, ks store.KeySet, now, interval, span float64, keepTighter bool) error {
+	err := f.redis.Clamp(ctx, ks, now, interval, span, keepTighter)
 	if f.local != nil && !errors.Is(err, store.ErrInvalidState) { // the local fallback honours the clamp too
-		_ = f.twins.Clamp(ctx, twinsOf(ks), now, interval, span)
+		_ = f.twins.Clamp(ctx, twinsOf(ks), now, interval, span, keepTighter)
 	}
 	return f.absorb(ctx, "clamp", err)
 }
 
 // Reset forgets the keys on Redis.
-func (f *failover) Reset(ctx context.Context, ks store.KeySet) error {
-	return f.absorb(ctx, "reset", f.redis.Reset(ctx, ks))
+func (f *failover) Reset(ctx context.Context, ks store.KeySet, now float64) error {
+	return f.absorb(ctx, "reset", f.redis.Reset(ctx, ks, now))
 }
 
 // Status reads Redis; during an outage FailLocal answers from its twins

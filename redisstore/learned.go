@@ -55,6 +55,11 @@ func (r *backend) Learn(ctx context.Context, l *store.Learned, op *store.LearnOp
 	for _, t := range op.Add {
 		args = append(args, strconv.FormatInt(t.Bucket, 10), strconv.FormatInt(t.Accepted, 10), strconv.FormatInt(t.Answered, 10))
 	}
+	if reset == "1" { // each state key's contract, for the Ledger a reset key keeps (lua.Reset)
+		for _, d := range l.Dims {
+			args = appendKindParams(args, d)
+		}
+	}
 	var v any
 	err := r.run(ctx, "learn", l.KeySet, func(ctx context.Context) error {
 		var err error

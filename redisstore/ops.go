@@ -35,11 +35,7 @@ func (r *backend) Settle(ctx context.Context, st *store.Settlement) error {
 		}
 		rk = append(rk, all[2*i])
 		sent.Dims, sent.Keys = append(sent.Dims, d), append(sent.Keys, st.Keys[i])
-		kind, p := d.Alg.Params()
-		args = append(args, kind)
-		for _, x := range p {
-			args = append(args, script.Float(x))
-		}
+		args = appendKindParams(args, d)
 		args = append(args, script.Float(st.Tags[i]), script.Float(st.Seqs[i]), strconv.FormatInt(st.Costs[i], 10), strconv.FormatInt(actual, 10))
 	}
 	if len(rk) == 0 {
@@ -69,26 +65,45 @@ func (r *backend) Pause(ctx context.Context, ks store.KeySet, now, d float64) er
 }
 
 // Clamp sets a partner's clamp on each dimension's key (lua.Clamp).
-func (r *backend) Clamp(ctx context.Context, ks store.KeySet, now, interval, span float64) error {
+func (r *backend) Clamp(ctx context.Context, ks store.KeySet, now, interval, span float64, keepTighter bool) error {
 	all := redisKeys(ks)
 	sk := make([]string, len(ks.Dims))
 	for i := range ks.Dims {
 		sk[i] = all[2*i]
 	}
 	return r.run(ctx, "clamp", ks, func(ctx context.Context) error {
-		return script.Clamp.Run(ctx, r.client, sk, r.now(now), script.Float(interval), script.Float(span)).Err()
+		tighter := "0"
+		if keepTighter {
+			tighter = "1"
+		}
+		return script.Clamp.Run(ctx, r.client, sk, r.now(now), script.Float(interval), script.Float(span), tighter).Err()
 	})
 }
 
-// Reset deletes every key of the dimensions, derived keys included.
-func (r *backend) Reset(ctx context.Context, ks store.KeySet) error {
+// Reset deletes every key of the dimensions, derived keys included, in one
+// script call (lua.ResetKeys): a key of the GCRA family whose reservations
+// may still be given back keeps the Ledger that gives them nothing back.
+func (r *backend) Reset(ctx context.Context, ks store.KeySet, now float64) error {
 	all := redisKeys(ks)
+	sks := make([]string, len(ks.Dims))
+	args := make([]any, 0, 1+7*len(ks.Dims))
+	args = append(args, r.now(now))
 	for i := range ks.Dims {
-		for _, suffix := range derivedSuffixes {
-			all = append(all, all[2*i]+suffix)
-		}
+		sks[i] = all[2*i]
+		args = appendKindParams(args, ks.Dims[i])
 	}
-	return r.run(ctx, "reset", ks, func(ctx context.Context) error { return r.client.Del(ctx, all...).Err() })
+	return r.run(ctx, "reset", ks, func(ctx context.Context) error { return script.Reset.Run(ctx, r.client, sks, args...).Err() })
+}
+
+// appendKindParams appends d's algorithm kind and its six parameters, as
+// the scripts read a key's contract.
+func appendKindParams(args []any, d *store.Dim) []any {
+	kind, p := d.Alg.Params()
+	args = append(args, kind)
+	for _, x := range p {
+		args = append(args, script.Float(x))
+	}
+	return args
 }
 
 // PauseLeft reads the pause keys' TTLs: a pause key lives exactly as long

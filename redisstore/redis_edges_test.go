@@ -375,9 +375,11 @@ func stallable(t *testing.T) (*redistest.Server, *redis.Client) {
 }
 
 // stall blocks srv for d with DEBUG SLEEP from a connection of its own. It
-// returns once the server has stopped answering (a PING with a 20 ms
-// deadline fails), and the channel it returns is closed when the server
-// answers again.
+// returns once the server is asleep: its main thread in nanosleep, read
+// from /proc (a failed PING alone can be the loaded test host's own delay,
+// and calls sent then reached Redis before the sleep); where /proc does not
+// say, once a PING with a 20 ms deadline fails. The channel it returns is
+// closed when the server answers again.
 func stall(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{} {
 	t.Helper()
 	done := make(chan struct{})
@@ -392,14 +394,21 @@ func stall(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{}
 		}
 	}()
 	for {
-		ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
-		err := probe.Ping(ctx).Err()
-		cancel()
 		select {
 		case <-done:
 			t.Fatal("the server answered throughout DEBUG SLEEP")
 		default:
 		}
+		if asleep, known := srv.InSleep(); known {
+			if asleep {
+				return done
+			}
+			time.Sleep(100 * time.Microsecond)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+		err := probe.Ping(ctx).Err()
+		cancel()
 		if err != nil {
 			return done
 		}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,7 +90,14 @@ var faults = []fault{
 	}},
 	{name: "full database (noeviction)", down: true, extra: []string{"--maxmemory-policy", "noeviction"}, inject: fillFor(2 * time.Second), policies: everyPolicy},
 	{name: "5,000-caller burst", inject: burst(5000), clientClock: true, policies: everyPolicy},
-	{name: "data error on one key", inject: badKeyFor(2 * time.Second), policies: everyPolicy},
+	// The bad key's storm of failing calls beside the load slows the
+	// replies of both under -race; on Redis TIME the slot instants then
+	// move with the offset estimate's falls (redisstore/skew.go), and once
+	// a 1 s window held 104 of them (103 allowed, none served by the
+	// policy). The row checks a data error's reach, so it decides on this
+	// host's clock; TestSlotInstantsDoNotBunchUnderPoolContention checks
+	// the mapping.
+	{name: "data error on one key", inject: badKeyFor(2 * time.Second), clientClock: true, policies: everyPolicy},
 	{name: "script cache flushed", inject: func(t *testing.T, e env) (time.Time, time.Time) {
 		from := time.Now()
 		for range 10 {
@@ -265,7 +273,10 @@ func burst(n int) func(*testing.T, env) (time.Time, time.Time) {
 
 // badKeyFor plants a hash under another key's state key name and sends
 // callers at that key for d: each call fails alone with a *StateError, and
-// the hash is left as it was.
+// the hash is left as it was. A call this process was too starved to read
+// the answer of in time (errKind "overloaded": another row's thousands of
+// callers run beside it under -race) fails alone too, by design; it is
+// never granted.
 func badKeyFor(d time.Duration) func(*testing.T, env) (time.Time, time.Time) {
 	return func(t *testing.T, e env) (time.Time, time.Time) {
 		const bad = "tk:faults:{bad}" // the state key of the user key "bad"
@@ -274,10 +285,16 @@ func badKeyFor(d time.Duration) func(*testing.T, env) (time.Time, time.Time) {
 		}
 		from := time.Now()
 		var wg sync.WaitGroup
+		var invalid atomic.Int64
 		for range faultWaiters {
 			wg.Go(func() {
 				for time.Since(from) < d {
-					if _, err := e.shaper.Reserve(bg, "bad", 1); !errors.Is(err, shaper.ErrInvalidState) {
+					_, err := e.shaper.Reserve(bg, "bad", 1)
+					switch {
+					case errors.Is(err, shaper.ErrInvalidState):
+						invalid.Add(1)
+					case err != nil && errKind(err) == "overloaded":
+					default:
 						t.Errorf("the bad key: %v, want ErrInvalidState", err)
 						return
 					}
@@ -285,6 +302,9 @@ func badKeyFor(d time.Duration) func(*testing.T, env) (time.Time, time.Time) {
 			})
 		}
 		wg.Wait()
+		if invalid.Load() == 0 {
+			t.Error("no call on the bad key met its data error")
+		}
 		if got, _ := e.client.HGet(bg, bad, "owner").Result(); got != "another program" {
 			t.Errorf("the hash under the bad key was overwritten: %q", got)
 		}

@@ -37,19 +37,6 @@ func validCost(d *dim, alg algorithms.Algorithm, key string, cost int64) error {
 	return nil
 }
 
-// mapCost maps cost through d's Cost (nil: unchanged): 0 leaves d out of
-// the request, and a negative cost is a *CostError.
-func mapCost(d *dim, key string, cost int64) (int64, error) {
-	if d.cost == nil {
-		return cost, nil
-	}
-	c := d.cost(cost)
-	if c < 0 {
-		return 0, &CostError{Algorithm: d.Alg.Name(), Cost: c, Key: key, Dimension: d.Name, Reason: fmt.Sprintf("the dimension's Cost mapped cost %d to a negative cost", cost)}
-	}
-	return c, nil
-}
-
 // admissible checks c against alg on d's key dimKey: a cost alg could never
 // admit is an error for All; for Any it only leaves d out (never), since
 // another dimension may admit it.

@@ -27,6 +27,13 @@ import (
 // anyway records nothing; remaining <= 0 pauses the key until the reset;
 // reset <= 0 does nothing; a reset above MaxPause is a *ConfigError.
 func (s *Shaper) Clamp(ctx context.Context, key string, remaining int64, reset time.Duration) error {
+	return s.clamp(ctx, key, remaining, reset, false)
+}
+
+// clamp is Clamp; with keepTighter (a pause's resumed pace) a key whose
+// clamp in force spaces departures further apart keeps it, so that the
+// pace after a partner's pause never loosens the partner's own count.
+func (s *Shaper) clamp(ctx context.Context, key string, remaining int64, reset time.Duration, keepTighter bool) error {
 	if s == nil {
 		return errNilShaper
 	}
@@ -58,7 +65,7 @@ func (s *Shaper) Clamp(ctx context.Context, key string, remaining int64, reset t
 	}
 	span := algorithms.DurationMillis(reset)
 	st := startStore(ctx)
-	err = s.store.Clamp(ctx, ks, algorithms.Millis(s.cfg.clock.Now()), span/float64(remaining), span)
+	err = s.store.Clamp(ctx, ks, algorithms.Millis(s.cfg.clock.Now()), span/float64(remaining), span, keepTighter)
 	st.done("clamp", err)
 	return err
 }

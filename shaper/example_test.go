@@ -316,3 +316,39 @@ func ExampleReservation_Release() {
 	// <nil>
 	// open 2 in flight
 }
+
+// WithCosts reserves each part of a call on the dimension that counts it: a
+// partner limiting input and output tokens per minute apart admits a
+// call's prompt and its max_tokens, and is settled with the output tokens
+// the call used.
+func ExampleWithCosts() {
+	store := memstore.New()
+	defer store.Close()
+	// A clock that stands still, so that the figures below do not move
+	// with the buckets' refill (one input token every 1.5 ms).
+	clock := shapertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, err := shaper.All(store, []shaper.Dimension{
+		{Name: "input-tokens", Rate: shaper.PerMinute(40000).WithBurst(40000)},
+		{Name: "output-tokens", Rate: shaper.PerMinute(8000).WithBurst(8000)},
+	}, shaper.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	prompt, maxTokens := int64(1200), int64(1000)
+	r, err := s.Reserve(shaper.WithCosts(ctx, shaper.Costs{"output-tokens": maxTokens}), "claude", prompt)
+	if err != nil {
+		panic(err)
+	}
+	// call the partner here: it reports 1,200 input and 150 output tokens
+	if err := r.Settle(shaper.WithCosts(ctx, shaper.Costs{"output-tokens": 150}), prompt); err != nil {
+		panic(err)
+	}
+	st, _ := s.Status(ctx, "claude", 1)
+	for _, d := range st.Dimensions {
+		fmt.Println(d.Name, "left:", d.Remaining)
+	}
+	// Output:
+	// input-tokens left: 38800
+	// output-tokens left: 7850
+}

@@ -478,14 +478,12 @@ func (rm *fairRoom) renewed() {
 }
 
 // span is how long cost units space key's slots: the slowest dimension's
-// interval for its share of cost (at least 1 ms).
-func span(c *contract, cost int64) time.Duration {
+// interval for its share of cost (at least 1 ms), on ctx's Costs.
+func (s *Shaper) span(ctx context.Context, c *contract, cost int64) time.Duration {
+	cs, _ := s.costsOf(ctx, c, "") // a bad Costs is refused by the reservation
 	var d time.Duration
 	for _, dm := range c.dims {
-		n := cost
-		if dm.cost != nil {
-			n = dm.cost(cost)
-		}
+		n, _ := mapCost(cs, dm, "", cost)
 		if dm.rate.Count > 0 && n > 0 {
 			d = max(d, time.Duration(float64(dm.rate.Period)*float64(n)/float64(dm.rate.Count)))
 		}
@@ -557,7 +555,7 @@ func (s *Shaper) awaitTurn(ctx context.Context, key string, cost int64, f Flow) 
 	if err := s.validate(ctx, c, key, cost); err != nil {
 		return Reservation{}, err
 	}
-	w := &fairWaiter{ctx: ctx, cost: cost, weight: f.Weight, span: span(c, cost), out: make(chan fairResult, 1)}
+	w := &fairWaiter{ctx: ctx, cost: cost, weight: f.Weight, span: s.span(ctx, c, cost), out: make(chan fairResult, 1)}
 	fr := &s.fairRooms
 	fr.mu.Lock()
 	rm := fr.rooms[key]

@@ -73,7 +73,7 @@ func (h *horizon) enter(ctx context.Context, s *Shaper, c *contract, key string,
 		return func(slot time.Time) { h.leave(key, a, slot) }, nil
 	}
 	// The requests ahead leave at the contract's rate at best.
-	mine := span(c, cost)
+	mine := s.span(ctx, c, cost)
 	ahead := max(a.tail.Sub(now), 0) // a zero tail: none granted yet
 	if late := ahead + a.queued + mine - h.span - c.maxQueue; late > 0 {
 		h.forget(key, a, now)

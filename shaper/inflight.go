@@ -402,8 +402,12 @@ func (s *Shaper) validate(ctx context.Context, c *contract, key string, cost int
 	if _, err := s.check(ctx, c, key, cost); err != nil {
 		return err
 	}
+	cs, err := s.costsOf(ctx, c, key)
+	if err != nil {
+		return err
+	}
 	for _, d := range c.dims {
-		n, err := mapCost(d, key, cost)
+		n, err := mapCost(cs, d, key, cost)
 		if err != nil || n == 0 {
 			if err != nil {
 				return err

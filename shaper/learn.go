@@ -28,8 +28,10 @@ type Learning struct {
 	// request or states its policy.
 	Start Rate
 	// Memory is how long the store keeps a key's learned record after
-	// its last change (default DefaultLearningMemory): a fleet restarted
-	// within it resumes at the rate it had learned.
+	// its last change, and at least until a statement of the partner's it
+	// holds ends (a remaining count's reset, a stated policy); default
+	// DefaultLearningMemory. A fleet restarted within it resumes at the
+	// rate it had learned.
 	Memory time.Duration
 }
 
@@ -427,7 +429,12 @@ func (s *Shaper) learnUpdate(ctx context.Context, c *contract, key string, lk *l
 		cl := learnedClamp(c, ms, 1000/rate+marginMs(c, st.MarginAt(ms), rate))
 		add := lk.drain()
 		from := max(int64((ms-store.TallyLife)/store.TallyWidth), 1) // every tally the store keeps: the probe's evidence
-		cur, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: s.learner.ttl, Clamp: cl, Add: add, From: from, Reset: reset})
+		// The record lives Memory after its last change, and at least as
+		// long as a statement of the partner's it holds (a remaining count
+		// until its reset, a policy): forgotten before, the key would
+		// start afresh above what the partner said it allows.
+		ttl := max(s.learner.ttl, st.CapEnd-ms, st.PolicyEnd-ms)
+		cur, ts, err := s.store.Learn(context.WithoutCancel(ctx), l, &store.LearnOp{Now: ms, Want: lk.st.Ver, Rec: rec, TTL: ttl, Clamp: cl, Add: add, From: from, Reset: reset})
 		if err != nil {
 			lk.undrain(add)
 			lk.next.Store(now.Add(learnRetry).UnixNano())
@@ -497,7 +504,8 @@ func strict(c *contract) bool {
 // holds the key and the rate resumes from where it was, paced, not in a
 // burst. Any shaper pauses the key for fb.Pause (see Pause; a burst
 // contract resumes paced at its rate for as long as the pause lasted, at
-// least a second) and clamps it to the remaining count (see Clamp); none
+// least a second, unless a count the partner stated spaces it further
+// apart) and clamps it to the remaining count (see Clamp); none
 // remaining pauses it until the reset.
 // Feedback only ever slows a key below the shaper's contract.
 func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
@@ -669,7 +677,7 @@ func (s *Shaper) resumePaced(ctx context.Context, key string, d time.Duration) e
 	if n < 1 {
 		return nil
 	}
-	return s.Clamp(ctx, key, n, span)
+	return s.clamp(ctx, key, n, span, true) // a partner's tighter count stays
 }
 
 // contractRate is the rate, per second, of requests of cost 1 the
@@ -831,9 +839,11 @@ var _ Spacer = (*Shaper)(nil)
 // interval, although each departure is a little late (timer wake-up,
 // the HTTP client) and a late departure followed by an on-time one would
 // otherwise arrive too close. The margin is at most a tenth of the
-// interval. It applies to a strict contract only (every dimension of
-// burst 1) of at least MinSpacedInterval (50/s or slower); a burst
-// contract tolerates the lateness already, and Space does nothing. It
+// interval. It applies to a strict contract only (every dimension a
+// LeakyBucket, GCRA or TokenBucket of burst 1) of at least
+// MinSpacedInterval (50/s or slower); a burst contract tolerates the
+// lateness already, a window algorithm counts no spacing, and Space does
+// nothing to either. It
 // never loosens a partner's clamp in force (see Clamp). On a shaper
 // WithLearning the margin goes into the key's learned record, fleet-wide,
 // and the learned rate's clamp carries it, by the learned interval, in
@@ -854,7 +864,7 @@ func (s *Shaper) Space(ctx context.Context, key string, margin time.Duration) er
 	if s.rateless {
 		return nil
 	}
-	c := s.live()
+	c := s.current(ctx)
 	now := s.cfg.clock.Now()
 	if s.learner != nil {
 		return s.learnSpace(ctx, c, key, margin, now)
@@ -886,12 +896,12 @@ func (s *Shaper) Space(ctx context.Context, key string, margin time.Duration) er
 const MinSpacedInterval = 20 * time.Millisecond
 
 // strictInterval is the interval between requests of cost 1 contract c
-// allows, when every dimension is strict (the leaky bucket or GCRA, burst
-// 1) and it is at least MinSpacedInterval.
+// allows, when every dimension is strict (the leaky bucket, GCRA or the
+// token bucket, burst 1) and it is at least MinSpacedInterval.
 func strictInterval(c *contract) (time.Duration, bool) {
 	var longest time.Duration
 	for _, d := range c.dims {
-		if d.rate.burst() > 1 || d.Kern == nil { // a burst, or a window algorithm: not spaced strictly
+		if d.rate.burst() > 1 || d.Kern == nil && d.spec.kind != kindToken { // a burst, or a window algorithm: not spaced strictly
 			return 0, false
 		}
 		longest = max(longest, d.rate.Period/time.Duration(d.rate.Count))

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/throttlekit/throttlekit-go/internal/timer"
 	"github.com/throttlekit/throttlekit-go/memstore"
 )
 
@@ -599,5 +600,178 @@ func TestAnIdleOrRestartedFleetWakesWhereItWas(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// Space spaces every strict contract (the leaky bucket, GCRA and the token
+// bucket, burst 1) by its interval plus the margin, whichever of Allow,
+// Reserve (where it queues) or Acquire takes the slots, on memory and on
+// Redis; a window algorithm at the same rate counts no spacing and is left
+// as it was.
+// Before the fix a token bucket of burst 1 kept no margin: an nginx
+// limit_req partner refuses its late-then-on-time pairs.
+func TestSpaceSpacesEveryStrictAlgorithm(t *testing.T) {
+	t.Parallel()
+	_, node := redisClient(t)
+	algs := map[string]Algorithm{
+		"leaky": LeakyBucket, "gcra": GCRA, "token": TokenBucket,
+		"fixed": FixedWindow, "sliding": SlidingWindow, "log": SlidingWindowLog, "trailing": TrailingWindow,
+	}
+	for store, mk := range memoryAndNode(node) {
+		for name, alg := range algs {
+			strict := name == "leaky" || name == "gcra" || name == "token"
+			clock := timer.NewFake(time.Now())
+			s, err := New(mk(), PerSecond(25), WithClock(clock), WithAlgorithm(alg), WithMaxQueue(time.Second),
+				WithName("space-"+store+"-"+name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Space(bg, "k", 4*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			var slots []time.Time
+			for i := range 6 {
+				op := i % 3
+				if op == 1 && (name == "gcra" || name == "token") { // they queue nothing: Reserve refuses a later slot
+					op = 2
+				}
+				switch op {
+				case 0: // Allow, once its slot has come
+					for {
+						ok, err := s.Allow(bg, "k", 1)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if ok {
+							break
+						}
+						clock.Advance(time.Millisecond)
+					}
+					slots = append(slots, clock.Now())
+				case 1:
+					r, err := s.Reserve(bg, "k", 1)
+					if err != nil {
+						t.Fatalf("%s, %s: %v", store, name, err)
+					}
+					slots = append(slots, r.Time())
+				case 2: // Acquire, the fake clock moved on until it returns
+					done := make(chan Reservation, 1)
+					go func() {
+						r, err := s.Acquire(bg, "k", 1)
+						if err != nil {
+							t.Error(err)
+						}
+						done <- r
+					}()
+				wait:
+					for {
+						select {
+						case r := <-done:
+							slots = append(slots, r.Time())
+							break wait
+						case <-time.After(100 * time.Microsecond):
+							clock.Advance(time.Millisecond)
+						}
+					}
+				}
+				if op == 1 { // the next one waits for this one's slot
+					clock.Advance(slots[i].Sub(clock.Now()))
+				}
+			}
+			for i := 1; i < len(slots); i++ {
+				gap := slots[i].Sub(slots[i-1])
+				if strict && gap < 44*time.Millisecond {
+					t.Errorf("%s, %s: departures %d and %d are %v apart, want the 40 ms interval plus the 4 ms margin", store, name, i-1, i, gap)
+				}
+				if !strict && gap >= 44*time.Millisecond {
+					t.Errorf("%s, %s: departures %d and %d are %v apart: a window algorithm got a spacing", store, name, i-1, i, gap)
+				}
+			}
+		}
+	}
+}
+
+// A partner's statement the learned record holds (a remaining count until
+// its reset, a stated policy) outlives Learning.Memory: a key quiet past
+// Memory wakes under it, not started afresh above it. Before the fix the
+// record expired Memory after its last change and the key restarted at
+// Start (the model test, node/leaky/1dim/learn/fleet seed 7: 1/s where
+// the partner had said 10 calls an hour).
+func TestAPartnersStatementOutlivesTheLearningMemory(t *testing.T) {
+	for name, fb := range map[string]Feedback{
+		"remaining": {HasRemaining: true, Remaining: 10, Reset: time.Hour},
+		"policy":    {Policy: PerHour(30)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := memstore.New()
+				defer st.Close()
+				s, err := New(st, PerSecond(100), WithLearning(Learning{Memory: time.Minute, Start: PerSecond(10)}), WithName("memory"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				if err := s.Learn(ctx, "p", fb); err != nil {
+					t.Fatal(err)
+				}
+				said, _ := s.Status(ctx, "p", 1)
+				time.Sleep(5 * time.Minute)
+				if err := s.Learn(ctx, "p", Feedback{Departed: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				woke, err := s.Status(ctx, "p", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("said %+v; 5 min later %+v", said.Learned, woke.Learned)
+				if woke.Learned == nil || woke.Learned.Rate > said.Learned.Rate*1.001 {
+					t.Fatalf("5 minutes after the partner's statement (%.4g/s), past a Memory of a minute, the key runs at %+v", said.Learned.Rate, woke.Learned)
+				}
+			})
+		})
+	}
+}
+
+// On a learning shaper a partner's pause holds across Reset, fleet-wide:
+// after "0 remaining until the reset" (or a Retry-After) a Reset from
+// another shaper forgets the key's schedule, not the pause, on memory and
+// Redis. Before the fix the Reset deleted the pause and the next request
+// left at once (the model test, cluster/leaky/1dim/learn/fleet seed 5, 120
+// ops).
+func TestAPartnersPauseHoldsAcrossAResetOfALearningKey(t *testing.T) {
+	t.Parallel()
+	_, node := redisClient(t)
+	for store, mk := range memoryAndNode(node) {
+		for name, fb := range map[string]Feedback{
+			"nothing remaining": {HasRemaining: true, Remaining: 0, Reset: time.Hour},
+			"Retry-After":       {Refused: true, Pause: time.Hour},
+		} {
+			clock := timer.NewFake(time.Now())
+			st := mk()
+			opts := []Option{WithClock(clock), WithLearning(Learning{}), WithName("paused-" + store + "-" + strings.ReplaceAll(name, " ", ""))}
+			a, err := New(st, PerSecond(10), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := New(st, PerSecond(10), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Learn(bg, "k", fb); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Reset(bg, "k"); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range []*Shaper{a, b} {
+				if ok, err := s.Allow(bg, "k", 1); ok || err != nil {
+					t.Errorf("%s, %s: a request admitted at once after the partner's pause and a Reset (%v)", store, name, err)
+				}
+			}
+			clock.Advance(time.Hour + time.Second)
+			if ok, err := a.Allow(bg, "k", 1); !ok || err != nil {
+				t.Errorf("%s, %s: refused after the partner's pause ended (%v)", store, name, err)
+			}
+		}
 	}
 }

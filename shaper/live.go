@@ -156,6 +156,26 @@ func (s *Shaper) follow() *contract {
 	return s.cur.Load()
 }
 
+// current returns the contract in force for Space: on a store whose
+// record this shaper reads in the background (Redis), it reads the record
+// first, so that a margin is not computed from a contract another process
+// has already changed (a SetRate within the refresh interval) and recorded
+// fleet-wide on the old interval. Space is rare (a partner refused on
+// spacing); the read is one round trip, which the feedback read from every
+// response (Learn, Clamp) does not pay. A shaper that never refreshes
+// (WithContractRefresh(0)) follows only its own changes, and a failed read
+// keeps the contract in force.
+func (s *Shaper) current(ctx context.Context) *contract {
+	if s.follows || s.refresh <= 0 {
+		return s.live()
+	}
+	s.mu.Lock()
+	epoch := s.epoch
+	s.mu.Unlock()
+	s.readAndAdopt(ctx, epoch)
+	return s.live()
+}
+
 // readRemote reads a Redis store's record, bounded by the store's timeout,
 // and adopts it, unless this shaper changed its contract since the read
 // began (epoch): the record read may be older than the change. A read that
@@ -163,7 +183,13 @@ func (s *Shaper) follow() *contract {
 // contract in force; the next interval reads again.
 func (s *Shaper) readRemote(epoch uint64) {
 	defer s.reading.Store(false)
-	rec, err := s.store.ReadContract(context.Background(), s.cfg.prefix)
+	s.readAndAdopt(context.Background(), epoch)
+}
+
+// readAndAdopt reads the store's record and adopts it unless this shaper
+// changed its contract since epoch; a failed read keeps the contract.
+func (s *Shaper) readAndAdopt(ctx context.Context, epoch uint64) {
+	rec, err := s.store.ReadContract(ctx, s.cfg.prefix)
 	if err != nil {
 		return
 	}

@@ -150,3 +150,39 @@ func TestAFleetStaysWithinTheMoreGenerousContractWhileAChangePropagates(t *testi
 		})
 	}
 }
+
+// A spacing margin is computed from the contract in force fleet-wide, not
+// from one this process has not followed yet: B, which reads the record
+// hourly, spaces a strict key after A changed the contract to 25/s by
+// 25/s's interval plus its margin (44 ms), not by the 26/s it still held
+// (42.3 ms).
+func TestSpaceReadsTheContractInForce(t *testing.T) {
+	t.Parallel()
+	_, node := redisClient(t)
+	clock := timer.NewFake(t0)
+	shaper := func() *Shaper {
+		s, err := New(redisstore.New(node, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine)), PerSecond(26), WithClock(clock),
+			WithName("feedback-fresh"), WithContractRefresh(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, b := shaper(), shaper()
+	if err := a.SetRate(bg, "", PerSecond(25)); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := b.Rate(""); r != PerSecond(26) {
+		t.Fatalf("B follows at once (%v): the test needs it not to", r)
+	}
+	if err := b.Space(bg, "k", 4*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := b.Rate(""); r != PerSecond(25) {
+		t.Fatalf("B still holds %v after a partner's feedback", r)
+	}
+	first, second := mustReserve(t, a, "k", 1), mustReserve(t, a, "k", 1)
+	if gap := second.Time().Sub(first.Time()); gap != 44*time.Millisecond {
+		t.Fatalf("a strict 25/s key spaced with a 4 ms margin: departures %v apart, want 44ms", gap)
+	}
+}

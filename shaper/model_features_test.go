@@ -254,7 +254,7 @@ func (p *pend) waitingForPermit() bool {
 func (m *mrun) spawn(how string, si int, key string, cost int64, flow *shaper.Flow) *pend {
 	a := m.snap(si)
 	ctx, cancel := context.WithCancel(context.Background())
-	ctx, rec := m.callCtx(ctx, si, key)
+	ctx, rec := m.callCtx(m.costCtx(ctx, cost), si, key)
 	p := &pend{id: len(m.pending), how: how, sh: si, key: key, cost: cost, op: m.op, at: m.clock.Now(), snap: a, c: m.contractOf(si, a),
 		cancel: cancel, done: make(chan struct{}), rec: rec, permits: m.cfg.inflight}
 	for _, q := range m.pending {
@@ -960,19 +960,18 @@ func (m *mrun) refusedTurn(p *pend) {
 		higher = append(higher, e.tc(q.cost))
 	}
 	slices.SortFunc(higher, func(a, b *big.Rat) int { return b.Cmp(a) })
-	// From the key's schedule: its next request's earliest slot, after the
-	// slot held ahead and the n largest higher-class requests' slots; its
-	// own departs at the start of its slot (less the burst it may use).
-	start, ok := m.bound(mk, p.c, 1, p.at)
+	// From the key's schedule: the earliest slot of a request of its cost,
+	// after the slot held ahead and the n largest higher-class requests'
+	// slots. (It was the slot of a request of cost 1 plus what its cost
+	// spends past the burst: a cost of 2 within a burst of 2 came out a
+	// whole interval early, cluster/leaky/1dim seed 22.)
+	start, ok := m.bound(mk, p.c, p.cost, p.at)
 	if !ok {
 		return
 	}
 	wait := addRat(subRat(start, ratOf(p.at)), held)
 	for i := 0; i < n && i < len(higher); i++ {
 		wait = addRat(wait, higher[i])
-	}
-	if own := subRat(e.tc(p.cost), e.tau); own.Sign() > 0 {
-		wait = addRat(wait, own)
 	}
 	if addRat(wait, big.NewRat(int64(time.Millisecond), 1)).Cmp(new(big.Rat).SetInt64(int64(p.c.mq))) <= 0 {
 		m.mu.Unlock()

@@ -206,7 +206,7 @@ func (m *mrun) readLearned(si int, key, when string, pre []snap) {
 	// Each process bounds the fleet's record by its own contract: while a
 	// change propagates (before the calls, or during them), the more
 	// generous ceiling and the lower floor.
-	var ceiling, floor float64
+	var ceiling, floor, highFloor float64 // highFloor: the floor of the shaper whose contract puts it highest
 	snaps := slices.Clone(pre)
 	for i := range m.sh {
 		snaps = append(snaps, m.snap(i))
@@ -223,7 +223,7 @@ func (m *mrun) readLearned(si int, key, when string, pre []snap) {
 		if i == 0 {
 			ceiling, floor = c, min(f, c)
 		}
-		ceiling, floor = max(ceiling, c), min(floor, f, c)
+		ceiling, floor, highFloor = max(ceiling, c), min(floor, f, c), max(highFloor, min(f, c))
 	}
 	m.logf("  learned on %q (sh%d, %s): %.6g/s, %s, found %.6g, policy %.6g", key, si, when, l.Rate, l.Event, l.Found, l.Policy)
 	const rel = 1e-9
@@ -257,8 +257,9 @@ func (m *mrun) readLearned(si int, key, when string, pre []snap) {
 	}
 	// After a refusal the rate rises over a second to 0.97 of the rate
 	// found and holds there (docs/LEARNING.md); only the probe after the
-	// hold goes past it, and it has nothing to probe with.
-	if prev, ok := m.lastLearned[key]; ok && prev.deps == deps && prev.event == "refused" && l.Event == "refused" && l.Rate > max(prev.rate, 0.97*l.Found)*(1+rel) {
+	// hold goes past it, and it has nothing to probe with. The floor may
+	// lift it: a contract raised live lifts a floor it had capped.
+	if prev, ok := m.lastLearned[key]; ok && prev.deps == deps && prev.event == "refused" && l.Event == "refused" && l.Rate > max(prev.rate, 0.97*l.Found, highFloor)*(1+rel) {
 		m.failDefect(23, "learn", "the learned rate of %q rose from %.6g/s (op %d) to %.6g/s, past 0.97 of the rate found (%.6g/s), with nothing sent on the key since (%s)", key, prev.rate, prev.op, l.Rate, l.Found, when)
 	}
 	if m.lastLearned == nil {

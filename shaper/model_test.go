@@ -63,6 +63,10 @@ type modelCfg struct {
 	fleet    bool   // two shapers on one prefix
 	inflight bool   // an in-flight dimension ("open") beside the rates
 	learn    bool   // WithLearning
+	// costs names the requests dimension's cost on every call's context
+	// (shaper.WithCosts): the cost mod 3, so 0 (the dimension left out),
+	// 1 or 2, where its Cost function says 1. Two dimensions only.
+	costs bool
 }
 
 func (c modelCfg) String() string {
@@ -72,6 +76,9 @@ func (c modelCfg) String() string {
 	}
 	if c.learn {
 		s += "/learn"
+	}
+	if c.costs {
+		s += "/costs"
 	}
 	if c.fleet {
 		s += "/fleet"
@@ -111,7 +118,12 @@ func modelCfgs(world string) []modelCfg {
 			continue
 		}
 		if world != "cluster" {
-			out = append(out, modelCfg{world: world, dims: 2, alg: "leaky", fleet: fleet, inflight: true})
+			// A cost named per dimension on the context (WithCosts), on the
+			// bucket that does not queue and beside permits on the one that
+			// does.
+			out = append(out, modelCfg{world: world, dims: 2, alg: "leaky", fleet: fleet, inflight: true},
+				modelCfg{world: world, dims: 2, alg: "token", fleet: fleet, costs: true},
+				modelCfg{world: world, dims: 2, alg: "leaky", fleet: fleet, inflight: true, costs: true})
 		}
 		out = append(out,
 			modelCfg{world: world, dims: 1, alg: "leaky", fleet: fleet, learn: true},
@@ -300,9 +312,14 @@ func (a snap) equal(b snap) bool { return slices.Equal(a.rates, b.rates) && a.mq
 // bucket's tokens at Lat. They hold while the dimension's rate has not
 // changed since the key was last reset (clean).
 type mkey struct {
-	epoch   int
-	clean   []bool
-	U       []*big.Rat // nil: cold
+	epoch int
+	clean []bool
+	U     []*big.Rat // nil: cold
+	// under is the rate each dimension's bound was charged under: a
+	// shaper of another (one lagging a live change, or the one in force
+	// after a lagging one charged) reads the key's schedule converted
+	// into its own (gcra.Kernel.Convert), which the bounds do not model.
+	under   []shaper.Rate
 	L       []*big.Rat // nil: full
 	Lat     []*big.Rat
 	pauseHi time.Time
@@ -313,6 +330,9 @@ type mkey struct {
 	fuzzy      bool      // a grant the model did not see may stand (a request left as it was granted): no bound holds
 	prevFair   time.Time // the latest slot of a fair request collected
 	permitFree time.Time // since when a permit was seen free while a request waited for one
+	// cooled is the latest op that found the key cold (a TAT bound passed,
+	// or none) and raised it again: a GCRA key's Ledger expired before then.
+	cooled int
 }
 
 type mhandle struct {
@@ -393,7 +413,7 @@ func (m *mrun) key(k string) *mkey {
 		return mk
 	}
 	n := len(m.dims)
-	mk := &mkey{clean: make([]bool, n), U: make([]*big.Rat, n), L: make([]*big.Rat, n), Lat: make([]*big.Rat, n), clamp: -1}
+	mk := &mkey{clean: make([]bool, n), U: make([]*big.Rat, n), L: make([]*big.Rat, n), Lat: make([]*big.Rat, n), under: make([]shaper.Rate, n), clamp: -1}
 	for i := range mk.clean {
 		mk.clean[i] = true
 	}
@@ -629,7 +649,8 @@ func (m *mrun) episodeAdd(s snap) {
 	}
 }
 
-// mapped returns cost mapped through each dimension's Cost.
+// mapped returns cost mapped through each dimension's Cost, or named on
+// the context (costCtx).
 func (m *mrun) mapped(c int64) []int64 {
 	out := make([]int64, len(m.dims))
 	for i, f := range m.costs {
@@ -638,7 +659,23 @@ func (m *mrun) mapped(c int64) []int64 {
 			out[i] = f(c)
 		}
 	}
+	if m.cfg.costs {
+		out[0] = namedCost(c)
+	}
 	return out
+}
+
+// namedCost is the requests dimension's cost a costs configuration names
+// for a call of cost c (negative for a negative c: an invalid cost).
+func namedCost(c int64) int64 { return c % 3 }
+
+// costCtx puts, on a costs configuration, the requests dimension's cost
+// for a call of cost c on ctx (shaper.WithCosts).
+func (m *mrun) costCtx(ctx context.Context, c int64) context.Context {
+	if !m.cfg.costs {
+		return ctx
+	}
+	return shaper.WithCosts(ctx, shaper.Costs{"requests": namedCost(c)})
 }
 
 // costFor resolves an op's cost against the contract in force: 1 half the
@@ -730,7 +767,7 @@ func (m *mrun) bound(mk *mkey, c snap, cost int64, n time.Time) (*big.Rat, bool)
 		if dc == 0 {
 			continue
 		}
-		if !mk.clean[i] {
+		if !mk.clean[i] || m.converted(mk, i, c.rates[i], now) {
 			return nil, false
 		}
 		e := exactOf(c.rates[i])
@@ -758,6 +795,11 @@ func (m *mrun) charge(mk *mkey, rates []shaper.Rate, certain bool, grants []*dep
 		if !mk.clean[i] {
 			continue
 		}
+		if m.converted(mk, i, rates[i], ratOf(m.clock.Now())) {
+			mk.clean[i] = false
+			continue
+		}
+		mk.under[i] = rates[i]
 		e := exactOf(rates[i])
 		var hi, sum *big.Rat
 		var latest *big.Rat
@@ -781,12 +823,31 @@ func (m *mrun) charge(mk *mkey, rates []shaper.Rate, certain bool, grants []*dep
 		}
 		if m.cfg.alg == "token" {
 			total := new(big.Rat).Quo(sum, e.T) // the units
+			if mk.Lat[i] != nil {               // grants earlier than the bound's instant are taken at it: the bound never moves back
+				latest = maxRat(latest, mk.Lat[i])
+			}
 			lvl := m.level(mk, i, e, latest)
 			mk.L[i], mk.Lat[i] = subRat(lvl, total), latest
 			continue
 		}
+		if mk.U[i] == nil || ratOf(m.clock.Now()).Cmp(mk.U[i]) >= 0 {
+			mk.cooled = m.op
+		}
 		mk.U[i] = addRat(maxRat(mk.U[i], hi), sum)
 	}
+}
+
+// converted reports whether dimension i of the key holds a schedule
+// charged under other rates than rate that has not gone cold by now: a
+// shaper of rate reads it converted.
+func (m *mrun) converted(mk *mkey, i int, rate shaper.Rate, now *big.Rat) bool {
+	if mk.under[i] == rate || mk.under[i] == (shaper.Rate{}) {
+		return false
+	}
+	if m.cfg.alg == "token" {
+		return mk.L[i] != nil
+	}
+	return mk.U[i] != nil && now.Cmp(mk.U[i]) < 0
 }
 
 func orZero(r *big.Rat) *big.Rat {
@@ -825,11 +886,22 @@ func (m *mrun) extra(mk *mkey, rates []shaper.Rate, extra []int64, s time.Time) 
 			mk.clean[i] = false
 			continue
 		}
+		if m.converted(mk, i, rates[i], ratOf(s)) {
+			mk.clean[i] = false
+			continue
+		}
+		mk.under[i] = rates[i]
 		e := exactOf(rates[i])
 		if m.cfg.alg == "token" {
 			t := ratOf(s)
+			if mk.Lat[i] != nil { // as in charge: the bound never moves back
+				t = maxRat(t, mk.Lat[i])
+			}
 			mk.L[i], mk.Lat[i] = subRat(m.level(mk, i, e, t), new(big.Rat).SetInt64(x)), t
 			continue
+		}
+		if mk.U[i] == nil || ratOf(s).Cmp(mk.U[i]) >= 0 {
+			mk.cooled = m.op
 		}
 		mk.U[i] = addRat(maxRat(mk.U[i], ratOf(s)), e.tc(x))
 	}
@@ -1169,14 +1241,14 @@ func (m *mrun) doReserve(o mop, how string) {
 	var err error
 	switch how {
 	case "acquire":
-		m.block("Acquire", func() { r, err = s.Acquire(m.ctx, key, cost) })
+		m.block("Acquire", func() { r, err = s.Acquire(m.costCtx(m.ctx, cost), key, cost) })
 	case "fair": // Acquire taking its flow's turn (one of three, of weights 1 to 3)
 		f := (o.key + int(o.sel*3)) % 3
 		m.block("Acquire", func() {
-			r, err = s.Acquire(shaper.WithFlow(m.ctx, shaper.Flow{Name: string(rune('a' + f)), Weight: float64(1 + f)}), key, cost)
+			r, err = s.Acquire(shaper.WithFlow(m.costCtx(m.ctx, cost), shaper.Flow{Name: string(rune('a' + f)), Weight: float64(1 + f)}), key, cost)
 		})
 	default:
-		r, err = s.Reserve(m.ctx, key, cost)
+		r, err = s.Reserve(m.costCtx(m.ctx, cost), key, cost)
 	}
 	if m.hung {
 		return
@@ -1222,7 +1294,7 @@ func (m *mrun) doStatus(o mop) {
 	}
 	mk := m.key(key)
 	before := m.clock.Now()
-	st, err := s.Status(m.ctx, key, cost)
+	st, err := s.Status(m.costCtx(m.ctx, cost), key, cost)
 	mid := m.clock.Now()
 	adm := m.admissible2(c, m.contractOf(si, m.snap(si)), cost, false)
 	b, bok := m.bound(mk, c, cost, mid)
@@ -1244,7 +1316,7 @@ func (m *mrun) doStatus(o mop) {
 	// cost for one dimension, or a cost of 1 (a unit in each).
 	units := len(m.dims) == 1 || cost == 1
 	// The reservation at the same instant.
-	r, rerr := s.Reserve(m.ctx, key, cost)
+	r, rerr := s.Reserve(m.costCtx(m.ctx, cost), key, cost)
 	after := m.clock.Now()
 	bsnap := m.snap(si)
 	adm = m.admissible2(c, m.contractOf(si, bsnap), cost, false)
@@ -1322,7 +1394,7 @@ func (m *mrun) doAllow(o mop) {
 	mk := m.key(key)
 	before := m.clock.Now()
 	m.clock.record(goid())
-	ok, err := s.Allow(m.ctx, key, cost)
+	ok, err := s.Allow(m.costCtx(m.ctx, cost), key, cost)
 	ev := m.clock.stopRecording()
 	if m.cfg.inflight {
 		m.logf("Allow sh%d %q cost %d: %s", si, key, cost, errText(err))
@@ -1382,7 +1454,7 @@ func (m *mrun) doWait(o mop) {
 	var after time.Time
 	m.block("Wait", func() {
 		m.clock.record(goid())
-		err = s.Wait(m.ctx, key, cost)
+		err = s.Wait(m.costCtx(m.ctx, cost), key, cost)
 		ev = m.clock.stopRecording()
 		after = m.clock.Now()
 	})
@@ -1536,7 +1608,7 @@ func (m *mrun) doSettle(o mop) {
 		}
 	}
 	before := m.clock.Now()
-	err := h.copies[j].Settle(m.ctx, actual)
+	err := h.copies[j].Settle(m.costCtx(m.ctx, actual), actual)
 	after := m.clock.Now()
 	m.logf("Settle %v (copy %d) at %d: %s", d, j, actual, errText(err))
 	var ce *shaper.CostError
@@ -1587,8 +1659,9 @@ func (m *mrun) doSettle(o mop) {
 // of d settled after another copy settled it (docs/GUARANTEES.md says where
 // copies are told apart): the algorithms other than the GCRA family keep no
 // record of a settle, and a GCRA key that went cold since (its TAT bound
-// passed: its Ledger expired with it) forgets it. Charging twice only
-// delays; the bound check then allows it.
+// passed: its Ledger expired with it) forgets it, even once a grant has
+// made it hot again. Charging twice only delays; the bound check then
+// allows it.
 func (m *mrun) chargedAgain(d *departure) bool {
 	if !d.givenBack || d.settleOp == m.op {
 		return false
@@ -1597,6 +1670,9 @@ func (m *mrun) chargedAgain(d *departure) bool {
 		return true
 	}
 	mk := m.key(d.key)
+	if mk.cooled > d.settleOp {
+		return true
+	}
 	now := ratOf(m.clock.Now())
 	for i := range m.dims {
 		if i < len(mk.U) && (mk.U[i] == nil || now.Cmp(mk.U[i]) >= 0) {
@@ -1682,6 +1758,13 @@ func (m *mrun) doClamp(o mop) {
 	}
 	m.endSpaces(key)
 	m.recordClamp(key, remaining, reset, before, after, c, certain, "clamp")
+	if m.cfg.learn && remaining > 0 && reset > 0 {
+		// On a learning shaper the count caps the learned rate until the
+		// reset, as a remaining count fed to Learn does: a statement of
+		// the partner's in force.
+		m.endLearned("remaining", key)
+		m.learned = append(m.learned, policyRec{kind: "remaining", op: m.op, until: math.MaxInt, key: key, at: before, end: before.Add(reset), count: remaining, period: reset})
+	}
 }
 
 // recordClamp records a partner's clamp (Clamp, or Learn's remaining count
@@ -1872,7 +1955,7 @@ func (m *mrun) burst(key string, who []int, costOf func(snap) int64, how string)
 	before := m.clock.Now()
 	ctxs := make([]context.Context, len(res)) // each its own: a permit's hooks
 	for g := range res {
-		ctxs[g], _ = m.callCtx(m.ctx, res[g].si, key)
+		ctxs[g], _ = m.callCtx(m.costCtx(m.ctx, res[g].cost), res[g].si, key)
 	}
 	var wg sync.WaitGroup
 	for g := range res {
@@ -2325,6 +2408,7 @@ func FuzzModel(f *testing.F) {
 	f.Fuzz(func(t *testing.T, seed uint64) {
 		worlds := []string{"memory", "node", "node-nocoalesce"}
 		cfg := modelCfg{world: worlds[seed%3], dims: 1 + int(seed/3%2), alg: []string{"leaky", "gcra", "token"}[seed/6%3], fleet: seed/18%2 == 1}
+		cfg.costs = cfg.dims == 2 && seed/36%2 == 1
 		world := mem
 		if cfg.world != "memory" {
 			world = &modelWorld{kind: cfg.world, node: node.node, stores: node.stores, hook: node.hook}

@@ -107,24 +107,27 @@ func (r *Reservation) Cancel(ctx context.Context) (err error) {
 }
 
 // Settle records what the call that used r actually cost, once it is known
-// (an LLM API's tokens, a GraphQL query's points): reserve an estimate, call,
-// then settle. Less than reserved gives the difference back to the key, as
-// far as the reservations made after it allow without breaking the contract
-// (docs/GUARANTEES.md says how far); more is charged at once, so that later
-// reservations wait for it; it is never refused, the call has happened. A
-// multi-dimension shaper maps actual through each dimension's Cost, as
-// Reserve mapped the estimate (a request count stays 1). A reservation is
-// settled or cancelled once, however many copies of it are settled or
-// cancelled; settling r again, or after cancelling it, returns
-// ErrSettled. The leaky bucket and GCRA give back as above; the sliding
-// logs (SlidingWindowLog, TrailingWindow) take the unused units off the
-// call's entry, freed when it leaves the window, as a partner counting a
-// trailing window frees them; the other algorithms keep what they counted.
-// All of them charge an extra at the instant it is settled. An extra is charged even once the key has gone idle (its
-// Redis key expired). An actual cost whose extra would hold the key back
-// longer than MaxOverrun is a *CostError, and a done ctx returns
-// ctx.Err(): nothing is recorded then, and a later Settle may still settle
-// it.
+// (an LLM API's tokens, a GraphQL query's points): reserve an estimate,
+// call, then settle. Less than reserved gives the difference back to the
+// key, as far as the reservations made after it allow without breaking the
+// contract (docs/GUARANTEES.md says how far); more is charged at once, so
+// that later reservations wait for it; it is never refused, the call has
+// happened. A multi-dimension shaper maps actual through each dimension's
+// Cost, as Reserve mapped the estimate (a request count stays 1), and
+// settles the dimensions that Costs on ctx names (WithCosts) at their own. A
+// reservation is settled or cancelled once, however many copies of it are
+// settled or cancelled; settling r again, or after cancelling it, returns
+// ErrSettled. (A copy of a leaky bucket's or GCRA's is told apart until its
+// key goes cold: settled after that, it charges its extra again, too much
+// and never too little; docs/GUARANTEES.md.) The leaky bucket and GCRA give back as above; the sliding logs
+// (SlidingWindowLog, TrailingWindow) take the unused units off the call's
+// entry, freed when it leaves the window, as a partner counting a trailing
+// window frees them; the other algorithms keep what they counted. All of
+// them charge an extra at the instant it is settled, even once the key has
+// gone idle (its Redis key expired). An actual cost whose extra would hold
+// the key back longer than MaxOverrun is a *CostError, and a done ctx
+// returns ctx.Err(): nothing is recorded then, and a later Settle may still
+// settle it.
 func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if actual < 0 {
 		return &CostError{Algorithm: "settle", Cost: actual, Reason: "the actual cost must be >= 0", Key: r.key}
@@ -183,14 +186,15 @@ func (r *Reservation) giveBack(ctx context.Context, op string, actual int64) err
 		st.KeySet, st.Tags, st.Gens, st.Seqs, st.Costs = r.m.KeySet, r.m.Tags, r.m.Gens, r.m.Seqs, r.m.Costs
 		st.At = r.m.At
 		if actual >= 0 {
+			cs, err := s.costsOf(ctx, r.c, r.key)
+			if err != nil {
+				return err
+			}
 			st.Actual = make([]int64, len(r.m.Dims))
 			for i, sd := range r.m.Dims {
 				d := r.c.of(sd)
-				st.Actual[i] = actual
-				if d.cost != nil {
-					if st.Actual[i] = d.cost(actual); st.Actual[i] < 0 {
-						return &CostError{Algorithm: d.Alg.Name(), Cost: st.Actual[i], Key: r.key, Dimension: d.Name, Reason: fmt.Sprintf("the dimension's Cost mapped the actual cost %d to a negative cost", actual)}
-					}
+				if st.Actual[i], err = mapCost(cs, d, r.key, actual); err != nil {
+					return err
 				}
 				if err := checkOverrun(d, r.m.Keys[i], r.m.Costs[i], st.Actual[i]); err != nil {
 					return err
@@ -220,18 +224,26 @@ func (r *Reservation) giveBack(ctx context.Context, op string, actual int64) err
 	if cur := s.cur.Load(); cur != r.c {
 		// Granted under a contract changed since: the key is settled in the
 		// contract in force, whose schedule it holds now (a settle written
-		// under the old one would tag the key with it). Its refund rule
-		// knows nothing of a slot granted under another contract, so an
-		// extra is charged and nothing is given back (sequence number -1).
-		extra := false
-		for i, a := range st.Actual {
-			extra = extra || a > st.Costs[i]
-		}
-		if !extra {
-			return nil
-		}
+		// under the old one would tag the key with it). Where the change
+		// left the rates of the reservation's dimensions as they were (a
+		// MaxQueue, another dimension's rate, a rate set to what it was),
+		// the slot's schedule is the one in force and the settle goes on as
+		// it would have (a copy cancelled before is found settled).
+		// Otherwise its refund rule knows nothing of a slot granted under
+		// another contract, so an extra is charged and nothing is given
+		// back (sequence number -1).
+		same := sameRates(r.c, cur, st.Dims)
 		st.Dims = inContract(st.Dims, cur)
-		st.Seqs = slices.Repeat([]float64{-1}, len(st.Dims))
+		if !same {
+			extra := false
+			for i, a := range st.Actual {
+				extra = extra || a > st.Costs[i]
+			}
+			if !extra {
+				return nil
+			}
+			st.Seqs = slices.Repeat([]float64{-1}, len(st.Dims))
+		}
 	}
 	t := startStore(ctx)
 	err := s.store.Settle(ctx, st)
@@ -252,6 +264,19 @@ func (c *contract) of(sd *store.Dim) *dim {
 		}
 	}
 	return c.dims[0]
+}
+
+// sameRates reports whether every dimension of dims (contract old's) has
+// the same rate in contract cur.
+func sameRates(old, cur *contract, dims []*store.Dim) bool {
+	for _, sd := range dims {
+		d := old.of(sd)
+		i := slices.IndexFunc(cur.dims, func(cd *dim) bool { return cd.Name == d.Name })
+		if i < 0 || cur.dims[i].rate != d.rate {
+			return false
+		}
+	}
+	return true
 }
 
 // inContract returns dims as contract c has them (by name), in a new slice.

@@ -286,27 +286,10 @@ func crossStoreSettling(t *testing.T, stores map[string]func() Store, live bool)
 func TestADeadlineRefusalHoldsNothing(t *testing.T) {
 	t.Parallel()
 	_, node := redisClient(t)
-	for name, mk := range map[string]func() Store{
-		"memory": func() Store { return memstore.New(memstore.WithSweepInterval(0)) },
-		"redis": func() Store {
-			return redisstore.New(node, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine))
-		},
-	} {
+	for name, mk := range memoryAndNode(node) {
 		for _, multi := range []bool{false, true} {
 			clock := timer.NewFake(time.Now())
-			var s *Shaper
-			var err error
-			if multi {
-				s, err = All(mk(), []Dimension{
-					{Name: "req", Rate: PerSecond(10)},
-					{Name: "acct", Rate: PerSecond(1000), Key: func(string) string { return "acct" }},
-				}, WithClock(clock), WithName(fmt.Sprintf("dl-%s-%v", name, multi)))
-			} else {
-				s, err = New(mk(), PerSecond(10), WithClock(clock), WithName(fmt.Sprintf("dl-%s-%v", name, multi)))
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := reqAndAcct(t, mk(), clock, multi, fmt.Sprintf("dl-%s-%v", name, multi))
 			for range 10 { // the next slot is 1 s away
 				mustReserve(t, s, "k", 1)
 			}
@@ -425,4 +408,99 @@ func TestSettlingMoreChargesEveryAlgorithm(t *testing.T) {
 			_ = store.(interface{ Close() error }).Close()
 		}
 	}
+}
+
+// A live change that leaves a reservation's rates as they were (MaxQueue,
+// another dimension's rate, a rate set to what it was) changes nothing of
+// how it settles: a settle for less gives back as it would have, and a
+// copy settled after another copy was cancelled charges nothing (the
+// model test found this one: after SetRate to the same rate, the settle
+// charged its overrun on a cancelled slot). On memory and a Redis node, on
+// one dimension and two.
+func TestAChangeThatKeepsTheRatesKeepsTheSettle(t *testing.T) {
+	t.Parallel()
+	_, node := redisClient(t)
+	changes := map[string]func(s *Shaper, multi bool) error{
+		"none":     func(*Shaper, bool) error { return nil },
+		"MaxQueue": func(s *Shaper, _ bool) error { return s.SetMaxQueue(bg, 20*time.Second) },
+		"same rate": func(s *Shaper, multi bool) error {
+			if multi {
+				return s.SetRate(bg, "req", PerSecond(10))
+			}
+			return s.SetRate(bg, "", PerSecond(10))
+		},
+	}
+	for store, mk := range memoryAndNode(node) {
+		for _, multi := range []bool{false, true} {
+			want := map[string][2]time.Duration{}
+			for _, change := range []string{"none", "MaxQueue", "same rate"} {
+				name := fmt.Sprintf("keep-%s-%v-%s", store, multi, strings.ReplaceAll(change, " ", ""))
+				clock := timer.NewFake(time.Now())
+				s := reqAndAcct(t, mk(), clock, multi, name)
+				if multi && change != "none" { // another dimension's rate changes too
+					if err := s.SetRate(bg, "acct", PerSecond(2000)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				mustReserve(t, s, "k", 1)
+				less := mustReserve(t, s, "k", 3) // at 100 ms, holds to 400 ms
+				over := mustReserve(t, s, "k", 1) // at 400 ms
+				copyOf := over
+				if err := copyOf.Cancel(bg); err != nil {
+					t.Fatal(err)
+				}
+				if err := changes[change](s, multi); err != nil {
+					t.Fatal(err)
+				}
+				if err := less.Settle(bg, 1); err != nil { // gives 2 back
+					t.Fatal(err)
+				}
+				err := over.Settle(bg, 5) // the cancelled slot: no overrun to charge
+				if err != nil && !errors.Is(err, ErrSettled) {
+					t.Fatal(err)
+				}
+				a := mustReserve(t, s, "k", 1)
+				b := mustReserve(t, s, "k", 1)
+				got := [2]time.Duration{a.Delay, b.Delay}
+				if change == "none" {
+					want[store] = got
+					continue
+				}
+				if got != want[store] {
+					t.Errorf("%s, multi %v, after a change of %s: the next slots are %v, %v without it", store, multi, change, got, want[store])
+				}
+			}
+		}
+	}
+}
+
+// memoryAndNode returns the makers of a memory store and of a Redis store
+// on node (on the shaper's clock).
+func memoryAndNode(node redis.UniversalClient) map[string]func() Store {
+	return map[string]func() Store{
+		"memory": func() Store { return memstore.New(memstore.WithSweepInterval(0)) },
+		"redis": func() Store {
+			return redisstore.New(node, redisstore.WithClientClock(), redisstore.WithTimeout(slowMachine))
+		},
+	}
+}
+
+// reqAndAcct returns a shaper of 10/s per key on st, with multi a second
+// dimension beside it: 1000/s on one account key shared by every key.
+func reqAndAcct(t *testing.T, st Store, clock *timer.Fake, multi bool, name string) *Shaper {
+	t.Helper()
+	var s *Shaper
+	var err error
+	if multi {
+		s, err = All(st, []Dimension{
+			{Name: "req", Rate: PerSecond(10)},
+			{Name: "acct", Rate: PerSecond(1000), Key: func(string) string { return "acct" }},
+		}, WithClock(clock), WithName(name))
+	} else {
+		s, err = New(st, PerSecond(10), WithClock(clock), WithName(name))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

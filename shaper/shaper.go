@@ -435,8 +435,12 @@ func (s *Shaper) decideMulti(ctx context.Context, c *contract, key string, cost 
 	req := store.NewRequest(len(c.dims), ms, s.slotOf(key))
 	req.Limit, req.Any = limit, s.any
 	var refused error // Any: the first cost a dimension could never admit
+	cs, err := s.costsOf(ctx, c, key)
+	if err != nil {
+		return nil, err
+	}
 	for _, d := range c.dims {
-		c, err := mapCost(d, key, cost)
+		c, err := mapCost(cs, d, key, cost)
 		if err != nil {
 			return nil, err
 		}
@@ -475,7 +479,7 @@ func (s *Shaper) decideMulti(ctx context.Context, c *contract, key string, cost 
 		return nothingToLimit, nil
 	}
 	st := startStore(ctx)
-	err := s.store.Reserve(ctx, req)
+	err = s.store.Reserve(ctx, req)
 	st.done("reserve", err)
 	if err != nil {
 		return nil, err
@@ -563,9 +567,14 @@ func (s *Shaper) Allow(ctx context.Context, key string, cost int64) (bool, error
 }
 
 // Reset forgets key, in every dimension. On a shaper WithLearning it
-// forgets the key's schedule and pause, not what the shaper learned: the
-// learned rate's clamp stays (docs/LEARNING.md), and the key departs at
-// its learned rate right after it.
+// forgets the key's schedule, not what the partner said nor what the
+// shaper learned: a pause stays (a Retry-After, "0 remaining until the
+// reset"), the learned rate's clamp stays (docs/LEARNING.md), and the key
+// departs at its learned rate right after it. The reservations granted before it give
+// nothing back (Cancel and a Settle for less do nothing to the schedule
+// granted after it, which never counted them; a Settle for more still
+// charges its extra): on the leaky bucket and GCRA the key keeps a record
+// of that until their terms have passed.
 func (s *Shaper) Reset(ctx context.Context, key string) error {
 	if s == nil {
 		return errNilShaper
@@ -587,7 +596,7 @@ func (s *Shaper) Reset(ctx context.Context, key string) error {
 		return err
 	}
 	st := startStore(ctx)
-	err = s.store.Reset(ctx, ks)
+	err = s.store.Reset(ctx, ks, algorithms.Millis(s.cfg.clock.Now()))
 	st.done("reset", err)
 	return err
 }

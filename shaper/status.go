@@ -115,8 +115,12 @@ func (s *Shaper) status(ctx context.Context, key string, cost int64) (Status, er
 	}
 	q := &store.Query{KeySet: ks, Algs: make([]algorithms.Algorithm, len(c.dims)), Costs: make([]int64, len(c.dims)), Now: algorithms.Millis(now), Any: s.any}
 	var refused error // Any: the first cost a dimension could never admit
+	cs, err := s.costsOf(ctx, c, key)
+	if err != nil {
+		return Status{}, err
+	}
 	for i, d := range c.dims {
-		n, err := mapCost(d, key, cost)
+		n, err := mapCost(cs, d, key, cost)
 		if err != nil {
 			return Status{}, err
 		}

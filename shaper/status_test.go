@@ -118,8 +118,8 @@ func watchClamps(s *Shaper) {
 	}
 }
 
-func (w *clampWatch) Clamp(ctx context.Context, ks store.KeySet, now, interval, span float64) error {
-	err := w.Backend.Clamp(ctx, ks, now, interval, span)
+func (w *clampWatch) Clamp(ctx context.Context, ks store.KeySet, now, interval, span float64, keepTighter bool) error {
+	err := w.Backend.Clamp(ctx, ks, now, interval, span, keepTighter)
 	if err == nil {
 		w.mu.Lock()
 		for i, d := range ks.Dims {
@@ -130,8 +130,8 @@ func (w *clampWatch) Clamp(ctx context.Context, ks store.KeySet, now, interval, 
 	return err
 }
 
-func (w *clampWatch) Reset(ctx context.Context, ks store.KeySet) error {
-	err := w.Backend.Reset(ctx, ks)
+func (w *clampWatch) Reset(ctx context.Context, ks store.KeySet, now float64) error {
+	err := w.Backend.Reset(ctx, ks, now)
 	if err == nil {
 		w.mu.Lock()
 		for i, d := range ks.Dims {

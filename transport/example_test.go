@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/memstore"
+	"github.com/throttlekit/throttlekit-go/partner"
 	"github.com/throttlekit/throttlekit-go/shaper"
 	"github.com/throttlekit/throttlekit-go/transport"
 )
@@ -101,4 +103,62 @@ func ExampleNew_inFlight() {
 	// Output:
 	// open while the body is unread: 1
 	// report - open once it was read: 0
+}
+
+// A partner that limits input and output tokens per minute apart
+// (Anthropic's ITPM and OTPM): each request reserves its prompt on the
+// input limit and its max_tokens on the output limit (shaper.WithCosts on
+// its context), and WithUsageCosts settles both from the usage the
+// response body reports, giving back the output tokens it did not use.
+func ExampleWithUsageCosts() {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"usage": {"input_tokens": 1200, "output_tokens": 150}}`)
+	}))
+	defer api.Close()
+
+	store := memstore.New()
+	defer store.Close()
+	s, err := partner.New(store, []partner.Limit{
+		partner.Bucket("requests", 50, shaper.PerMinute(50)).PerRequest(),
+		partner.Bucket("input-tokens", 40000, shaper.PerMinute(40000)),
+		partner.Bucket("output-tokens", 8000, shaper.PerMinute(8000)),
+	})
+	if err != nil {
+		panic(err)
+	}
+	usage := func(_ *http.Response, body []byte) (int64, shaper.Costs, bool) {
+		var v struct {
+			Usage *struct {
+				Input  int64 `json:"input_tokens"`
+				Output int64 `json:"output_tokens"`
+			} `json:"usage"`
+		}
+		if json.Unmarshal(body, &v) != nil || v.Usage == nil {
+			return 0, nil, false
+		}
+		return v.Usage.Input, shaper.Costs{"output-tokens": v.Usage.Output}, true
+	}
+	client := &http.Client{Transport: transport.New(s,
+		transport.WithKey(func(*http.Request) string { return "claude" }),
+		transport.WithCost(func(r *http.Request) int64 { return 1200 }), // the prompt's tokens
+		transport.WithUsageCosts(usage))}
+
+	ctx := shaper.WithCosts(context.Background(), shaper.Costs{"output-tokens": 1000}) // max_tokens
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, api.URL, nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close() // the transport settles here
+
+	st, _ := s.Status(context.Background(), "claude", 1)
+	for _, d := range st.Dimensions {
+		if d.Name != "requests" {
+			fmt.Println(d.Name, "left:", d.Remaining)
+		}
+	}
+	// Output:
+	// input-tokens left: 38800
+	// output-tokens left: 7850
 }

@@ -39,11 +39,11 @@ type Transport struct {
 	feedback bool
 	maxPause time.Duration
 	margin   time.Duration
-	always   bool                                       // WithSpacingMargin: the margin from the first request, not from the first refusal
-	usage    func(*http.Response, []byte) (int64, bool) // WithUsage
-	abandon  time.Duration                              // WithAbandonGrace (inflight.go)
-	spaced   sync.Map                                   // key -> unix ns: when its margin is due for renewal
-	nspaced  atomic.Int64                               // entries added to spaced since its last sweep
+	always   bool          // WithSpacingMargin: the margin from the first request, not from the first refusal
+	usage    usageFunc     // WithUsage, WithUsageCosts
+	abandon  time.Duration // WithAbandonGrace (inflight.go)
+	spaced   sync.Map      // key -> unix ns: when its margin is due for renewal
+	nspaced  atomic.Int64  // entries added to spaced since its last sweep
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -114,8 +114,24 @@ func WithMaxPause(d time.Duration) Option {
 // when the body says nothing of it, and the reservation keeps its
 // estimate (Settle may still settle it). A refused call that says when to
 // come back (a 429 or 503 with Retry-After) is settled at nothing whatever
-// the option, as the partner counted nothing for it.
+// the option, as the partner counted nothing for it. A request whose
+// context carries shaper.WithCosts settles the dimensions it names at
+// their reserved costs: use WithUsageCosts to settle them at their own.
 func WithUsage(usage func(resp *http.Response, body []byte) (used int64, ok bool)) Option {
+	return func(t *Transport) {
+		t.usage = func(resp *http.Response, body []byte) (int64, shaper.Costs, bool) {
+			used, ok := usage(resp, body)
+			return used, nil, ok
+		}
+	}
+}
+
+// WithUsageCosts is WithUsage for a partner that counts parts of a call
+// apart (Anthropic's input and output tokens, each per minute, reserved
+// with shaper.WithCosts on the request's context): usage returns the cost
+// of each dimension it names, as shaper.Costs, and used for the others.
+// The last of WithUsage and WithUsageCosts applies.
+func WithUsageCosts(usage func(resp *http.Response, body []byte) (used int64, costs shaper.Costs, ok bool)) Option {
 	return func(t *Transport) { t.usage = usage }
 }
 

@@ -5,7 +5,13 @@ import (
 	"io"
 	"net/http"
 	"sync"
+
+	"github.com/throttlekit/throttlekit-go/shaper"
 )
+
+// usageFunc reads a call's usage: the cost it used, and the costs of the
+// dimensions that count parts of it apart (nil: none).
+type usageFunc func(*http.Response, []byte) (int64, shaper.Costs, bool)
 
 // MaxUsageBody is how much of a response's body WithUsage's function
 // sees: the last MaxUsageBody bytes, where a stream reports its usage.
@@ -17,7 +23,7 @@ type usageBody struct {
 	rc    io.ReadCloser
 	resp  *http.Response
 	tk    *ticket
-	usage func(*http.Response, []byte) (int64, bool)
+	usage usageFunc
 	ctx   context.Context
 	once  sync.Once
 	mu    sync.Mutex
@@ -26,7 +32,7 @@ type usageBody struct {
 
 // usageOf wraps resp's body to settle tk by usage; an upgraded connection
 // (a body that is also a writer) is left as it is.
-func usageOf(resp *http.Response, tk *ticket, usage func(*http.Response, []byte) (int64, bool), ctx context.Context) io.ReadCloser {
+func usageOf(resp *http.Response, tk *ticket, usage usageFunc, ctx context.Context) io.ReadCloser {
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return resp.Body
 	}
@@ -65,14 +71,18 @@ func (b *usageBody) settle() {
 		if len(body) > MaxUsageBody {
 			body = body[len(body)-MaxUsageBody:]
 		}
-		used, ok := b.usage(b.resp, body)
+		used, costs, ok := b.usage(b.resp, body)
 		b.buf = nil
 		b.mu.Unlock()
 		if !ok || used < 0 {
 			return
 		}
+		ctx := b.ctx
+		if costs != nil {
+			ctx = shaper.WithCosts(ctx, costs)
+		}
 		b.tk.mu.Lock()
-		_ = b.tk.r.Settle(b.ctx, used)
+		_ = b.tk.r.Settle(ctx, used)
 		b.tk.mu.Unlock()
 	})
 }

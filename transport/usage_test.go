@@ -90,3 +90,66 @@ func TestUsageSettlesAndRefusalsCountNothing(t *testing.T) {
 		}
 	}
 }
+
+// A partner counting input and output tokens apart (Anthropic): the
+// request reserves its output at its most with shaper.WithCosts on its
+// context, and WithUsageCosts settles each part at what the body says it
+// used; WithUsage settles the named part at its reservation.
+func TestUsageCostsSettleEachPart(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"usage": map[string]int64{"input_tokens": 250, "output_tokens": 40}})
+	}))
+	defer srv.Close()
+	usage := func(_ *http.Response, body []byte) (int64, shaper.Costs, bool) {
+		var v struct {
+			Usage *struct {
+				In  int64 `json:"input_tokens"`
+				Out int64 `json:"output_tokens"`
+			} `json:"usage"`
+		}
+		if json.Unmarshal(body, &v) != nil || v.Usage == nil {
+			return 0, nil, false
+		}
+		return v.Usage.In, shaper.Costs{"output-tokens": v.Usage.Out}, true
+	}
+	for _, c := range []struct {
+		name    string
+		opt     Option
+		in, out int64 // left after the call
+	}{
+		{"WithUsageCosts", WithUsageCosts(usage), 10000 - 250, 2000 - 40},
+		{"WithUsage", WithUsage(func(r *http.Response, b []byte) (int64, bool) { n, _, ok := usage(r, b); return n, ok }), 10000 - 250, 2000 - 500},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := memstore.New()
+			defer store.Close()
+			s, err := partnerpkg.New(store, []partnerpkg.Limit{
+				partnerpkg.Bucket("input-tokens", 10000, shaper.PerMinute(10000)),
+				partnerpkg.Bucket("output-tokens", 2000, shaper.PerMinute(2000)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			client := &http.Client{Transport: New(s, WithKey(func(*http.Request) string { return "k" }),
+				WithCost(func(*http.Request) int64 { return 300 }), c.opt, WithFeedback(false))}
+			req, _ := http.NewRequestWithContext(shaper.WithCosts(context.Background(), shaper.Costs{"output-tokens": 500}), http.MethodPost, srv.URL, nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			st, err := s.Status(context.Background(), "k", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left := map[string]int64{}
+			for _, d := range st.Dimensions {
+				left[d.Name] = d.Remaining
+			}
+			if left["input-tokens"] != c.in || left["output-tokens"] != c.out {
+				t.Fatalf("left %v, want input %d, output %d", left, c.in, c.out)
+			}
+		})
+	}
+}

@@ -146,6 +146,37 @@ func (k *Kernel) RenewLedger(old *Ledger, s, now float64) *Ledger {
 	return l
 }
 
+// ResetLedger returns the Ledger a key keeps when it is reset at now (its
+// schedule forgotten, its TAT cold), its TAT s and its Ledger old (nil:
+// none), or nil when nothing granted before can still be given back (s
+// and old's horizon have passed). The reservations granted before the reset
+// may still be cancelled or settled: they give nothing back to the
+// schedule granted after it, which never counted them. Their departures
+// lie at or before the horizon h (the later of s and old's horizon): a
+// step at h with no bound refunds nothing there; an overrun of tau at now,
+// before every sequence number of the new Ledger, leaves no hole of
+// theirs; h, claimed as a tag, keeps the Ledger until it has passed. A
+// settle for more still charges its extra. The reservations granted after
+// the reset give nothing back either while they depart before h (the
+// step's bound), but leave their holes. Sequence numbers continue after
+// old's, so that old's name none of the new Ledger's.
+func (k *Kernel) ResetLedger(old *Ledger, s, now float64) *Ledger {
+	h := s
+	if old != nil {
+		h = math.Max(h, old.Horizon())
+	}
+	if !(h > now) {
+		return nil
+	}
+	l := k.NewLedger(h, now)
+	if old != nil && old.Seq > l.Start {
+		l.Start, l.Seq = old.Seq, old.Seq
+	}
+	l.Overruns = append(l.Overruns, Overrun{At: now, X: k.Tau, Seq: l.Start, Until: h})
+	l.claimPre(h)
+	return l
+}
+
 // Fits reports whether l was made under k's parameters, so that its rule
 // holds for k's decisions. A Ledger that does not fit is dropped by a grant
 // (the key goes on without one, or with a fresh one once idle) and gives

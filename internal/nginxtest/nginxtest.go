@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/throttlekit/throttlekit-go/internal/freeport"
 )
 
 // Config is the partner's rate limit, as nginx's limit_req_zone and
@@ -401,18 +402,13 @@ func millis(s string) (int64, error) {
 	return int64(n), nil
 }
 
-// freePort returns a loopback port that is free now.
+// freePort returns a loopback port outside the ephemeral range that is
+// free now.
 func freePort(t testing.TB) int {
 	t.Helper()
-	for range 100 {
-		p := 20000 + rand.IntN(25000)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		_ = l.Close()
-		return p
+	p, err := freeport.Pick(0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("nginxtest: no free loopback port found")
-	return 0
+	return p
 }

@@ -8,9 +8,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,16 +20,19 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttlekit-go/internal/freeport"
 )
 
 // Server is one redis-server process owned by a test.
 type Server struct {
-	t    testing.TB
-	Port int
-	dir  string
-	args []string
-	cmd  *exec.Cmd
-	tls  *tls.Config // a server started with StartTLS: what its clients use
+	t      testing.TB
+	Port   int
+	dir    string
+	bus    bool                    // a cluster node: port+10000 must be free too
+	argsOn func(port int) []string // the command line for a port
+	cmd    *exec.Cmd
+	tls    *tls.Config // a server started with StartTLS: what its clients use
 }
 
 // Addr returns host:port.
@@ -45,28 +47,19 @@ func binary(t testing.TB, name string) string {
 	return path
 }
 
-// freePort returns a loopback port that is free, and whose cluster bus port
-// (port+10000) is free too when bus is set.
+// freePort returns a loopback port outside the ephemeral range that is
+// free, and whose cluster bus port (port+10000) is free too when bus is set.
 func freePort(t testing.TB, bus bool) int {
 	t.Helper()
-	for range 100 {
-		p := 20000 + rand.IntN(25000)
-		if !free(p) || bus && !free(p+10000) {
-			continue
-		}
-		return p
+	offset := 0
+	if bus {
+		offset = 10000
 	}
-	t.Fatal("redistest: no free loopback port found")
-	return 0
-}
-
-func free(port int) bool {
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	p, err := freeport.Pick(offset)
 	if err != nil {
-		return false
+		t.Fatal(err)
 	}
-	_ = l.Close()
-	return true
+	return p
 }
 
 // Start starts a single redis-server on a free loopback port, with no
@@ -78,40 +71,91 @@ func Start(t testing.TB, extra ...string) *Server {
 
 func start(t testing.TB, cluster bool, extra ...string) *Server {
 	t.Helper()
-	bin := binary(t, "redis-server")
-	s := &Server{t: t, dir: t.TempDir()}
-	s.Port = freePort(t, cluster)
-	s.args = append([]string{
-		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"), "--daemonize", "no",
-	}, extra...)
-	if cluster {
-		s.args = append(s.args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.dir, "nodes.conf"), "--cluster-node-timeout", "2000")
+	s := &Server{t: t, dir: t.TempDir(), bus: cluster}
+	s.argsOn = func(port int) []string {
+		args := append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"), "--daemonize", "no",
+		}, extra...)
+		if cluster {
+			args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.dir, "nodes.conf"), "--cluster-node-timeout", "2000")
+		}
+		return args
 	}
-	s.launch(bin)
-	t.Cleanup(s.Kill)
+	s.startOnFreePort()
 	return s
 }
 
-func (s *Server) launch(bin string) {
+// startOnFreePort launches the server on a port it picks, and on another
+// when the one picked was taken before redis-server bound it (another test
+// process picked it too). It stops the server when the test ends.
+func (s *Server) startOnFreePort() {
 	s.t.Helper()
-	s.cmd = exec.Command(bin, s.args...)
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("redistest: starting redis-server: %v", err)
+	bin := binary(s.t, "redis-server")
+	s.t.Cleanup(s.Kill)
+	for attempt := 1; ; attempt++ {
+		s.Port = freePort(s.t, s.bus)
+		err := s.launch(bin)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errInUse) || attempt == 10 {
+			s.t.Fatal(err)
+		}
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, TLSConfig: s.tls})
+}
+
+// errInUse is launch's error when the port was taken before the bind.
+var errInUse = errors.New("address already in use")
+
+// launch starts the process on s.Port and waits until it answers. It
+// returns an error wrapping errInUse when the process exited because the
+// port was taken.
+func (s *Server) launch(bin string) error {
+	s.t.Helper()
+	logFile := filepath.Join(s.dir, "redis.log")
+	_ = os.Remove(logFile)
+	s.cmd = exec.Command(bin, s.argsOn(s.Port)...)
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("redistest: starting redis-server: %w", err)
+	}
+	cmd := s.cmd
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, TLSConfig: s.tls,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := c.Ping(context.Background()).Err(); err == nil {
-			return
+		// The answer must come from this process: on a port taken before
+		// the bind, another test's server may answer.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := c.Info(ctx, "server").Result()
+		cancel()
+		if err == nil && strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+			return nil
+		}
+		if exited(cmd) {
+			s.cmd = nil
+			log, _ := os.ReadFile(logFile)
+			if strings.Contains(string(log), "Address already in use") {
+				return fmt.Errorf("redistest: redis-server on %s: %w; its log:\n%s", s.Addr(), errInUse, log)
+			}
+			return fmt.Errorf("redistest: redis-server on %s exited before answering; its log:\n%s", s.Addr(), log)
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			s.t.Fatalf("redistest: redis-server on %s did not answer PING within 10 s; its log:\n%s", s.Addr(), log)
+			log, _ := os.ReadFile(logFile)
+			return fmt.Errorf("redistest: redis-server on %s did not answer within 10 s; its log:\n%s", s.Addr(), log)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// exited reports whether cmd's process has exited, and reaps it then. It
+// polls (WNOHANG) rather than leaving a goroutine in wait(2): the model
+// test counts a goroutine in a system call as a world still moving.
+func exited(cmd *exec.Cmd) bool {
+	var ws syscall.WaitStatus
+	pid, err := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WNOHANG, nil)
+	return pid == cmd.Process.Pid || errors.Is(err, syscall.ECHILD)
 }
 
 // Client returns a client for the server, closed when the test ends.
@@ -123,6 +167,21 @@ func (s *Server) Client(opts ...func(*redis.Options)) *redis.Client {
 	c := redis.NewClient(o)
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// InSleep reports whether the server's main thread is asleep in nanosleep,
+// as it is while it runs DEBUG SLEEP (an idle server waits in epoll
+// instead), read from /proc/<pid>/wchan; known is false where the kernel
+// does not say (no /proc, or a wchan hidden as "0").
+func (s *Server) InSleep() (asleep, known bool) {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return false, false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/wchan")
+	if err != nil || len(b) == 0 || string(b) == "0" {
+		return false, false
+	}
+	return strings.Contains(string(b), "nanosleep"), true
 }
 
 // Pause stops the process (SIGSTOP): connections stay open, nothing answers.
@@ -152,7 +211,19 @@ func (s *Server) Kill() {
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Kill()
-	s.launch(binary(s.t, "redis-server"))
+	bin := binary(s.t, "redis-server")
+	// The port is the server's address, so it is kept; a process that took
+	// it in the meantime is waited out for a while.
+	for attempt := 1; ; attempt++ {
+		err := s.launch(bin)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errInUse) || attempt == 20 {
+			s.t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // Cluster is a Redis Cluster of three masters on loopback, and with

@@ -2,6 +2,10 @@ package redistest
 
 import (
 	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -86,4 +90,39 @@ func TestSentinelFailsOver(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("the failover client wrote to the promoted replica %v after the primary died", time.Since(start).Round(time.Millisecond))
+}
+
+// A port taken between the pick and redis-server's bind (another test
+// process picked it too) is reported at once as errInUse, not after the
+// 10 s PING deadline, and the starter moves to another port.
+func TestLaunchOnATakenPortSaysSo(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s := &Server{t: t, dir: t.TempDir(), Port: l.Addr().(*net.TCPAddr).Port}
+	s.argsOn = func(port int) []string {
+		return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"), "--daemonize", "no"}
+	}
+	t.Cleanup(s.Kill)
+	start := time.Now()
+	err = s.launch(binary(t, "redis-server"))
+	if !errors.Is(err, errInUse) {
+		t.Fatalf("launch on a taken port: %v, want errInUse", err)
+	}
+	// Tolerance: the process exits as soon as its bind fails; 5 s leaves a
+	// loaded host room and still fails a launch that waits out its 10 s.
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("launch took %v to see the taken port: %v", d, err)
+	}
+	s.startOnFreePort()
+	if s.Port == l.Addr().(*net.TCPAddr).Port {
+		t.Fatal("the starter kept the taken port")
+	}
+	if err := s.Client().Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
 }

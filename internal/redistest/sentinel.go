@@ -30,21 +30,20 @@ func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	s := &Sentinel{Primary: Start(t)}
 	s.Replica = Start(t, "--replicaof", "127.0.0.1", fmt.Sprint(s.Primary.Port))
-	bin := binary(t, "redis-server")
 	for range 3 {
 		n := &Server{t: t, dir: t.TempDir()}
-		n.Port = freePort(t, false)
-		conf := filepath.Join(n.dir, "sentinel.conf")
-		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndaemonize no\ndir %s\nlogfile %s\n"+
-			"sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s 1000\n"+
-			"sentinel failover-timeout %s 10000\nsentinel parallel-syncs %s 1\n",
-			n.Port, n.dir, filepath.Join(n.dir, "redis.log"), MasterName, s.Primary.Port, MasterName, MasterName, MasterName)
-		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
+		n.argsOn = func(port int) []string {
+			conf := filepath.Join(n.dir, "sentinel.conf")
+			text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndaemonize no\ndir %s\nlogfile %s\n"+
+				"sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s 1000\n"+
+				"sentinel failover-timeout %s 10000\nsentinel parallel-syncs %s 1\n",
+				port, n.dir, filepath.Join(n.dir, "redis.log"), MasterName, s.Primary.Port, MasterName, MasterName, MasterName)
+			if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return []string{conf, "--sentinel"}
 		}
-		n.args = []string{conf, "--sentinel"}
-		n.launch(bin)
-		t.Cleanup(n.Kill)
+		n.startOnFreePort()
 		s.Sentinels = append(s.Sentinels, n)
 	}
 	s.wait(t, 30*time.Second)

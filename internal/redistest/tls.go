@@ -46,17 +46,16 @@ func StartTLS(t testing.TB, extra ...string) *Server {
 		MinVersion:   tls.VersionTLS12,
 		Certificates: []tls.Certificate{{Certificate: [][]byte{client.Raw}, PrivateKey: clientKey, Leaf: client}},
 	}
-	bin := binary(t, "redis-server")
 	s := &Server{t: t, dir: t.TempDir(), tls: cfg}
-	s.Port = freePort(t, false)
-	s.args = append([]string{
-		"--port", "0", "--tls-port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--tls-cert-file", filepath.Join(dir, "server.crt"), "--tls-key-file", filepath.Join(dir, "server.key"),
-		"--tls-ca-cert-file", filepath.Join(dir, "ca.crt"), "--tls-auth-clients", "yes",
-		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"), "--daemonize", "no",
-	}, extra...)
-	s.launch(bin)
-	t.Cleanup(s.Kill)
+	s.argsOn = func(port int) []string {
+		return append([]string{
+			"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--tls-cert-file", filepath.Join(dir, "server.crt"), "--tls-key-file", filepath.Join(dir, "server.key"),
+			"--tls-ca-cert-file", filepath.Join(dir, "ca.crt"), "--tls-auth-clients", "yes",
+			"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"), "--daemonize", "no",
+		}, extra...)
+	}
+	s.startOnFreePort()
 	return s
 }
 

@@ -46,7 +46,10 @@ var (
 	// Pause holds keys until now + d.
 	Pause = redis.NewScript(lua.Lib + lua.Pause)
 	// Learn keeps a partner key's learned record (see lua.Learn).
-	Learn = redis.NewScript(lua.Lib + lua.Learn)
+	Learn = redis.NewScript(lua.Lib + lua.Ledger + lua.Reset + lua.Learn)
+	// Reset forgets state keys (now, then per key its kind and six
+	// parameters; see lua.ResetKeys).
+	Reset = redis.NewScript(lua.Lib + lua.Ledger + lua.Reset + lua.ResetKeys)
 	// Clamp paces keys evenly until a partner's reset (now, interval and
 	// span in ms).
 	Clamp = redis.NewScript(lua.Lib + lua.Clamp)

@@ -46,10 +46,10 @@ type LearnOp struct {
 	Clamp *LearnClamp // the clamp to set with it (nil none)
 	Add   []Tally     // this process's answers since its last call
 	From  int64       // read the fleet's tallies of the buckets from this one on (0: none)
-	// Reset forgets the keys' schedules and pauses (Backend.Reset) but
-	// not their clamps, then sets Clamp (which it needs): when the
-	// version is Want, in the same call, so that no reservation sees the
-	// keys reset without the learned clamp.
+	// Reset forgets the keys' schedules (Backend.Reset) but not their
+	// clamps and pauses (a partner's pause holds across it), then sets
+	// Clamp (which it needs): when the version is Want, in the same call,
+	// so that no reservation sees the keys reset without the learned clamp.
 	Reset bool
 }
 

@@ -42,14 +42,18 @@ type Backend interface {
 	// Pause holds every departure on the keys for d ms from now.
 	Pause(ctx context.Context, ks KeySet, now, d float64) error
 	// Clamp sets a partner's clamp on the keys: until now + span,
-	// departures at least interval ms apart.
-	Clamp(ctx context.Context, ks KeySet, now, interval, span float64) error
+	// departures at least interval ms apart. With keepTighter, a key whose
+	// clamp in force spaces departures further apart keeps it.
+	Clamp(ctx context.Context, ks KeySet, now, interval, span float64, keepTighter bool) error
 	// Status reads the keys' standing without changing anything.
 	Status(ctx context.Context, q *Query) error
 	// PauseLeft returns how many ms remain of the longest pause on the keys.
 	PauseLeft(ctx context.Context, ks KeySet, now float64) (float64, error)
-	// Reset forgets the keys.
-	Reset(ctx context.Context, ks KeySet) error
+	// Reset forgets the keys' schedules and pauses at now (their clamps
+	// too). A key of the GCRA family whose reservations granted before may
+	// still be cancelled or settled keeps a Ledger that gives them nothing
+	// back (gcra.Kernel.ResetLedger).
+	Reset(ctx context.Context, ks KeySet, now float64) error
 	// ReadContract returns the live contract recorded for the shapers under
 	// prefix (the zero Record when none).
 	ReadContract(ctx context.Context, prefix string) (Record, error)

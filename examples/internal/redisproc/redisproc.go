@@ -7,24 +7,38 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttlekit/throttlekit-go/internal/freeport"
 )
 
 // Start starts a private redis-server on a free loopback port (in
 // cluster mode, with its cluster bus port free too) and returns its
-// address and the function that stops it and removes its directory.
+// address and the function that stops it and removes its directory. A port
+// taken between the pick and the bind makes it try another.
 func Start(cluster bool) (string, func(), error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return "", nil, errors.New("redis-server not found: install it (Debian: apt-get install redis-server) or pass -redis host:port")
 	}
+	for attempt := 1; ; attempt++ {
+		addr, stop, err := start(bin, cluster)
+		if err == nil || !errors.Is(err, errInUse) || attempt == 10 {
+			return addr, stop, err
+		}
+	}
+}
+
+var errInUse = errors.New("address already in use")
+
+func start(bin string, cluster bool) (string, func(), error) {
 	port, err := FreePort(cluster)
 	if err != nil {
 		return "", nil, err
@@ -33,25 +47,43 @@ func Start(cluster bool) (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
+	logFile := filepath.Join(dir, "redis.log")
+	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--logfile", logFile}
 	if cluster {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
 	}
 	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
 		return "", nil, err
 	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	stop := func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 		_ = os.RemoveAll(dir)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	client := redis.NewClient(&redis.Options{Addr: addr})
+	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	defer client.Close()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if client.Ping(context.Background()).Err() == nil {
+	self := "process_id:" + strconv.Itoa(cmd.Process.Pid) + "\r\n"
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		// The answer must come from this process: on a port taken before
+		// the bind, another server may answer.
+		if info, err := client.Info(context.Background(), "server").Result(); err == nil && strings.Contains(info, self) {
 			return addr, stop, nil
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(logFile)
+			stop()
+			if strings.Contains(string(log), "Address already in use") {
+				return "", nil, fmt.Errorf("redis-server on %s: %w", addr, errInUse)
+			}
+			return "", nil, fmt.Errorf("redis-server on %s exited: %s", addr, log)
+		default:
 		}
 		if time.Now().After(deadline) {
 			stop()
@@ -60,28 +92,14 @@ func Start(cluster bool) (string, func(), error) {
 	}
 }
 
-// FreePort returns a free loopback port; with bus, port+10000 (a cluster
-// node's bus) is free too.
+// FreePort returns a free loopback port outside the kernel's ephemeral
+// range; with bus, port+10000 (a cluster node's bus) is free too.
 func FreePort(bus bool) (int, error) {
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		if !bus {
-			return port, nil
-		}
-		if port+10000 > 65535 {
-			continue
-		}
-		if b, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000)); err == nil {
-			_ = b.Close()
-			return port, nil
-		}
+	offset := 0
+	if bus {
+		offset = 10000
 	}
-	return 0, errors.New("no free port")
+	return freeport.Pick(offset)
 }
 
 // StartCluster starts a Redis Cluster of three masters on loopback and

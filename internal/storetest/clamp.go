@@ -1,0 +1,74 @@
+package storetest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/shaper"
+)
+
+// PausesKeepThePartnersCount checks, on c's store, that the pace a key
+// resumes at after a partner's pause (a burst contract departs paced for
+// as long again: see Shaper.Learn) never loosens a count the partner
+// stated before it (Clamp): with "1 left until 30 s" in force, a refusal
+// with a 1 s pause let the next request go at 1.9 s (the model test found
+// it, a Learn and a Clamp meeting). A count looser than the resumed pace
+// gives way to it, so the burst still does not leave at once after the
+// pause. On a plain shaper and on a learning one.
+func PausesKeepThePartnersCount(t *testing.T, c Candidate) {
+	t.Helper()
+	for _, learning := range []bool{false, true} {
+		t.Run(fmt.Sprintf("learning=%v", learning), func(t *testing.T) {
+			clk := timer.NewFake(T0)
+			opts := []shaper.Option{shaper.WithClock(clk), shaper.WithMaxQueue(time.Minute),
+				shaper.WithPrefix(fmt.Sprintf("pausekeep-%s-%v:", c.Name, learning))}
+			if learning {
+				opts = append(opts, shaper.WithLearning(shaper.Learning{Start: shaper.PerSecond(10)}))
+			}
+			s, err := shaper.New(c.New(), shaper.PerSecond(10).WithBurst(10), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			refusal := shaper.Feedback{Refused: true, Pause: time.Second}
+
+			// A tighter count stays.
+			if err := s.Clamp(bg, "tight", 1, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := s.Reserve(bg, "tight", 1); err != nil || r.Delay != 0 {
+				t.Fatalf("the one request the count leaves: %v %v", r.Delay, err)
+			}
+			if err := s.Learn(bg, "tight", refusal); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(1900 * time.Millisecond)
+			r, err := s.Reserve(bg, "tight", 1)
+			if err == nil && r.Time().Before(T0.Add(30*time.Second)) {
+				t.Fatalf("\"1 left until 30 s\", then a refusal pausing 1 s: the next request departs at +%v, before the count's reset", r.Time().Sub(T0))
+			}
+
+			// A looser count gives way to the resumed pace: no burst after
+			// the pause.
+			if err := s.Clamp(bg, "loose", 205, 20*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Learn(bg, "loose", refusal); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(time.Second)
+			var prev time.Time
+			for i := range 4 {
+				r, err := s.Reserve(bg, "loose", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i > 0 && r.Time().Sub(prev) < 100*time.Millisecond {
+					t.Fatalf("after the pause, departures %v apart under a 10/s contract: the burst left (request %d)", r.Time().Sub(prev), i)
+				}
+				prev = r.Time()
+			}
+		})
+	}
+}
