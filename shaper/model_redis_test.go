@@ -43,6 +43,84 @@ type modelWorld struct {
 	cluster *redis.ClusterClient
 	stores  redis.UniversalClient // what the shapers' stores use (hooked)
 	hook    *simHook
+
+	// A cluster's bus markers (flushBus): one subscription on each master,
+	// and the last marker published.
+	markMu   sync.Mutex
+	markSubs []*redis.PubSub
+	markSeq  int
+}
+
+// markerChannel carries the model's bus markers (flushBus), on no channel
+// of the library.
+const markerChannel = "throttlekit-model-bus-marker"
+
+// flushBus returns once every release notice published on a cluster's
+// master before it was called has reached every master's subscribers. A
+// notice published on one master reaches the subscribers of another over
+// the cluster bus, whose links may hold it back tens of milliseconds
+// (Nagle's algorithm on a link with an unacknowledged message) while the
+// PINGs on the clients' connections answer at once; a notice still on the
+// bus is invisible to the quiescence test, so the simulated clock could
+// run past a waiter's re-ask while its notice travels. Each master
+// publishes a marker after the notices it owed; a link delivers in order,
+// so when every master's subscriber has every marker, every notice ahead
+// of them was written to its subscribers (the PINGs that follow flush
+// what a node wrote after the marker).
+func (w *modelWorld) flushBus(ctx context.Context) error {
+	w.markMu.Lock()
+	defer w.markMu.Unlock()
+	if w.markSubs == nil {
+		var mu sync.Mutex
+		err := w.masters(ctx, func(ctx context.Context, c *redis.Client) error {
+			ps := c.Subscribe(ctx, markerChannel)
+			if _, err := ps.ReceiveTimeout(ctx, 10*time.Second); err != nil {
+				_ = ps.Close()
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			w.markSubs = append(w.markSubs, ps)
+			return nil
+		})
+		if err != nil {
+			w.closeMarkers()
+			return fmt.Errorf("subscribing to the bus markers: %w", err)
+		}
+	}
+	first := w.markSeq + 1
+	var mu sync.Mutex
+	err := w.masters(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		w.markSeq++
+		n := w.markSeq
+		mu.Unlock()
+		return c.Publish(ctx, markerChannel, strconv.Itoa(n)).Err()
+	})
+	if err != nil {
+		return fmt.Errorf("publishing a bus marker: %w", err)
+	}
+	for _, ps := range w.markSubs {
+		for got := 0; got < w.markSeq-first+1; {
+			m, err := ps.ReceiveTimeout(ctx, 10*time.Second)
+			if err != nil {
+				return fmt.Errorf("waiting for a bus marker: %w", err)
+			}
+			if msg, ok := m.(*redis.Message); ok {
+				if n, _ := strconv.Atoi(msg.Payload); n >= first {
+					got++
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (w *modelWorld) closeMarkers() {
+	for _, ps := range w.markSubs {
+		_ = ps.Close()
+	}
+	w.markSubs = nil
 }
 
 // The far expiries of the key-expiry model, in Unix ms: BIG (2096) holds a
@@ -107,6 +185,11 @@ func (w *modelWorld) quiet(pubsub bool) *quiet {
 		}
 		q.ping = func() error {
 			ctx := context.Background()
+			if w.cluster != nil && w.hook.published.Swap(false) {
+				if err := w.flushBus(ctx); err != nil {
+					return err
+				}
+			}
 			for range rounds {
 				for _, c := range masters {
 					if err := c.Ping(ctx).Err(); err != nil {
@@ -146,6 +229,11 @@ func startWorld(t testing.TB, kind string) *modelWorld {
 		w.stores = mk()
 	}
 	w.hook = &simHook{w: w, c: w.stores}
+	t.Cleanup(func() {
+		w.markMu.Lock()
+		defer w.markMu.Unlock()
+		w.closeMarkers()
+	})
 	w.hook.soonest.Store(math.Float64bits(math.Inf(1)))
 	w.stores.AddHook(w.hook)
 	// The library's scripts must never run unwrapped: none is cached.
@@ -169,8 +257,12 @@ type simHook struct {
 	started atomic.Int64
 	soonest atomic.Uint64 // float64 bits: the soonest simulated expiry (ms) of any key, or less
 	scripts sync.Map      // sha of a library script -> sha of its wrapped form
-	loadMu  sync.Mutex
-	err     atomic.Value // a string: the last failure of the model itself
+	// publishers are the library's scripts that PUBLISH (their shas);
+	// published says one ran since the last quiescence test (flushBus).
+	publishers sync.Map
+	published  atomic.Bool
+	loadMu     sync.Mutex
+	err        atomic.Value // a string: the last failure of the model itself
 }
 
 func (*simHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -200,6 +292,10 @@ func (h *simHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		switch name {
 		case "eval":
 			src, _ := args[1].(string)
+			if strings.Contains(src, "'PUBLISH'") {
+				h.publishers.Store(sha1Hex(src), true)
+				h.published.Store(true)
+			}
 			wsha, err := h.wrapped(ctx, src)
 			if err != nil {
 				h.err.Store(fmt.Sprintf("loading a wrapped script: %v", err))
@@ -208,6 +304,9 @@ func (h *simHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			args[0], args[1] = "evalsha", wsha
 		case "evalsha":
 			sha, _ := args[1].(string)
+			if _, ok := h.publishers.Load(sha); ok {
+				h.published.Store(true)
+			}
 			wsha, ok := h.scripts.Load(sha)
 			if !ok {
 				return next(ctx, cmd) // NOSCRIPT: the library sends its text (eval)
