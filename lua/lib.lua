@@ -734,19 +734,22 @@ end
 -- slot has not come keeps holding it (or its reset, whichever is sooner),
 -- but no later than the new interval after the departure before it: the
 -- count is spread from the key's next slot on. Without (a learned rate,
--- a margin: learn.lua), its next slot, if it falls within its window,
--- moves to the new interval after the departure before it. With tighter,
+-- a margin: learn.lua), its next slot moves to the new interval after the
+-- departure before it, even past its window (granted ahead before a
+-- shorter MaxQueue), and a window that would end before that slot's
+-- interval is over ends a span after it instead: a pace renewed never
+-- forgets the departure it spaces from. With tighter,
 -- a key whose clamp in force spaces departures further apart keeps it
 -- (one as far apart is renewed: a margin's own). It returns
 -- the clamp's end as a string, or the error reply of a key it cannot use
 -- (having written nothing). memstore's clamp is the same, bit for bit.
 local function set_clamp(from, now, interval, span, tighter, spread)
   local endv = now + span
-  local nexts, keep = {}, {}
+  local nexts, ends, keep = {}, {}, {}
   for i = from, #KEYS do -- read and check everything before writing anything
     local cur, why = get(KEYS[i] .. ':k')
     if cur == nil then return refuse(i - from + 1, 'clamp key ' .. why) end
-    nexts[i] = now
+    nexts[i], ends[i] = now, endv
     if cur then
       local c = parse_clamp(cur)
       if not c then return refuse(i - from + 1, 'clamp key holds a corrupt value') end
@@ -756,18 +759,19 @@ local function set_clamp(from, now, interval, span, tighter, spread)
           if c[3] < held then held = c[3] end
           if c[1] < held then held = c[1] end
           nexts[i] = math.max(now, held)
-        elseif c[1] < c[3] then -- its next slot, within its window, moved to the new interval
+        else -- its next slot moved to the new interval, its window past it
           nexts[i] = math.max(now, c[1] - c[2] + interval)
+          if nexts[i] + interval > endv then ends[i] = nexts[i] + span end
         end
       end
       keep[i] = tighter and now < c[3] and c[2] > interval
     end
   end
-  local ttl = math.ceil(endv - now)
-  if ttl < 1 then ttl = 1 end
   for i = from, #KEYS do
     if not keep[i] then
-      redis.call('SET', KEYS[i] .. ':k', fmt(nexts[i]) .. ' ' .. fmt(interval) .. ' ' .. fmt(endv), 'PX', ttl)
+      local ttl = math.ceil(ends[i] - now)
+      if ttl < 1 then ttl = 1 end
+      redis.call('SET', KEYS[i] .. ':k', fmt(nexts[i]) .. ' ' .. fmt(interval) .. ' ' .. fmt(ends[i]), 'PX', ttl)
     end
   end
   return fmt(endv)

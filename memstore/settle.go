@@ -233,15 +233,17 @@ func (m *mem) Clamp(_ context.Context, ks store.KeySet, now, interval, span floa
 }
 
 // clamp is Clamp with spread; without it, the next slot of a clamp in
-// force, if it falls within its window, moves to the new interval after
-// the departure before it, sooner or later (a learned rate's clamp, a
-// margin). With tighter, a key whose clamp in force spaces departures
+// force moves to the new interval after the departure before it, sooner
+// or later (a learned rate's clamp, a margin), even past its window (a
+// slot granted ahead before a shorter MaxQueue), and a window that would
+// end before that slot's interval is over ends a span after it instead:
+// a pace renewed never forgets the departure it spaces from. With tighter, a key whose clamp in force spaces departures
 // further than interval apart keeps it (store.LearnClamp.Tighter; one
 // exactly as far apart, a margin's own, is renewed).
 func (m *mem) clamp(ks store.KeySet, now, interval, span float64, tighter, spread bool) {
 	keys := ks.Keys
 	m.each(ks, func(_ *memShard, sp *memSpace, _ *store.Dim, i int) {
-		next := now
+		next, end := now, now+span
 		c, ok := sp.clamps[keys[i]]
 		if ok && tighter && now < c.end && c.interval > interval {
 			return
@@ -250,13 +252,16 @@ func (m *mem) clamp(ks store.KeySet, now, interval, span float64, tighter, sprea
 		case !ok || now >= c.end || c.next <= now:
 		case spread: // its hold kept, to the new interval after the departure before it at most
 			next = max(now, min(c.next, c.end, c.next-c.interval+interval))
-		case c.next < c.end: // its next slot, within its window, moved to the new interval
+		default: // its next slot moved to the new interval, its window past it
 			next = max(now, c.next-c.interval+interval)
+			if next+interval > end {
+				end = next + span
+			}
 		}
 		if sp.clamps == nil {
 			sp.clamps = map[string]clampState{}
 		}
-		sp.clamps[strings.Clone(keys[i])] = clampState{next: next, interval: interval, end: now + span}
+		sp.clamps[strings.Clone(keys[i])] = clampState{next: next, interval: interval, end: end}
 	})
 }
 

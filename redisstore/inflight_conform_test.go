@@ -97,7 +97,8 @@ func TestInFlightATakeCutShortLeavesNoPermit(t *testing.T) {
 // a slow policy's pace, a remaining count's, a clamp's, after a Reset,
 // across a version's wrap (lua/learn.lua reads versions as Go does); and
 // whatever the feedback (storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback);
-// and a partner's pause never loosens its count (storetest.PausesKeepThePartnersCount).
+// a partner's pause never loosens its count (storetest.PausesKeepThePartnersCount);
+// and a learned pace outlives a MaxQueue shrunk live (storetest.ALearnedPaceOutlivesAShorterQueue).
 func TestLearnedKeepsThePartnersWord(t *testing.T) {
 	t.Parallel()
 	// Timeless: the scripts set TTLs in the fake clock's milliseconds, and
@@ -115,6 +116,7 @@ func TestLearnedKeepsThePartnersWord(t *testing.T) {
 			storetest.LearnedKeepsThePartnersWord(t, c)
 			storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback(t, c, 6)
 			storetest.PausesKeepThePartnersCount(t, c)
+			storetest.ALearnedPaceOutlivesAShorterQueue(t, c)
 		})
 	}
 }

@@ -72,3 +72,53 @@ func PausesKeepThePartnersCount(t *testing.T, c Candidate) {
 		})
 	}
 }
+
+// ALearnedPaceOutlivesAShorterQueue checks, on c's store, that a learned
+// pace keeps spacing from the last departure it granted when MaxQueue
+// shrinks live: a slot granted 30 s ahead under a queue of a minute lies
+// past the window the pace's next renewal sets under a queue of a second,
+// and the renewal that dropped such a slot let the next request leave at
+// once, two departures within a stated "1 per 30 s" (the model test found
+// it: a Learn, a live SetMaxQueue and a flood meeting).
+func ALearnedPaceOutlivesAShorterQueue(t *testing.T, c Candidate) {
+	t.Helper()
+	clk := timer.NewFake(T0)
+	s, err := shaper.New(c.New(), shaper.PerSecond(10), shaper.WithClock(clk), shaper.WithMaxQueue(time.Minute),
+		shaper.WithPrefix("pace-queue-"+c.Name+":"), shaper.WithLearning(shaper.Learning{Start: shaper.PerSecond(10)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "k"
+	if err := s.Learn(bg, key, shaper.Feedback{Policy: shaper.Rate{Count: 1, Period: 30 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	var slots []time.Time
+	for range 2 {
+		r, err := s.Reserve(bg, key, 1)
+		if err != nil {
+			t.Fatalf("a slot within the minute's queue: %v", err)
+		}
+		slots = append(slots, r.Time())
+	}
+	if err := s.SetMaxQueue(bg, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Renewed every 250 ms while requests come, up to and past the second
+	// slot: the contract's own schedule (10/s) frees the key at 30.1 s,
+	// and only the pace keeps the next departure from there to 60 s.
+	for range 120 {
+		clk.Advance(300 * time.Millisecond)
+		if r, err := s.Reserve(bg, key, 1); err == nil {
+			slots = append(slots, r.Time())
+		}
+	}
+	for i := 1; i < len(slots); i++ {
+		if gap := slots[i].Sub(slots[i-1]); gap < 30*time.Second-time.Millisecond {
+			t.Fatalf("\"1 per 30 s\": departures at +%v and +%v, %v apart, after MaxQueue shrank from a minute to a second",
+				slots[i-1].Sub(T0), slots[i].Sub(T0), gap)
+		}
+	}
+	if len(slots) != 2 {
+		t.Fatalf("%d slots granted, want the first two alone within 36 s of a queue of a second", len(slots))
+	}
+}
