@@ -82,17 +82,21 @@ type partnerRun struct {
 // waitFunc waits for a call of cost and returns its settle (nil: none).
 type waitFunc func(ctx context.Context, cost int64) (settle func(used int64), err error)
 
-// partnerCount is a partner counting m its own way, on its own clock, for
-// windows spans from start: what it refused, and the units it was used
-// for, at their usage, after the first span.
+// partnerCount is a partner counting m its own way, on its own clock,
+// until windows spans from start: what it refused, and the units it was
+// used for, at their usage, after the first span from its first arrival
+// (first), where a partner's own windows start. Counted from start, a
+// guess made before the OS processes run, the measured windows did not
+// line up with the partner's (the first calls came 0.49 s before it): a
+// fixed minute's partner read 91.9 % where its own windows held 94.8 %.
 type partnerCount struct {
-	mu         sync.Mutex
-	m          partnerModel
-	c          partnertest.Counter
-	start, end time.Time
-	windows    int
-	res        partnerRun
-	used       float64
+	mu                sync.Mutex
+	m                 partnerModel
+	c                 partnertest.Counter
+	start, end, first time.Time
+	windows           int
+	res               partnerRun
+	used              float64
 }
 
 func newPartnerCount(m partnerModel, start time.Time, windows int) *partnerCount {
@@ -104,13 +108,16 @@ func newPartnerCount(m partnerModel, start time.Time, windows int) *partnerCount
 func (p *partnerCount) admit(now time.Time, est, use int64) (id int, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.first.IsZero() {
+		p.first = now
+	}
 	id, ok = p.c.Admit(now, est)
 	p.res.calls++
 	if !ok {
 		p.res.refused++
 		return id, false
 	}
-	if now.Sub(p.start) >= p.m.span && now.Before(p.end) {
+	if now.Sub(p.first) >= p.m.span && now.Before(p.end) {
 		p.used += float64(use)
 	}
 	return id, true
@@ -128,7 +135,11 @@ func (p *partnerCount) run() partnerRun {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	res := p.res
-	res.used = p.used / (p.m.quota * float64(p.windows-1))
+	// The windows after the first arrival's, to the end: windows-1 when
+	// the first call came at start.
+	if span := p.end.Sub(p.first) - p.m.span; !p.first.IsZero() && span > 0 {
+		res.used = p.used / (p.m.quota * span.Seconds() / p.m.span.Seconds())
+	}
 	return res
 }
 
@@ -168,10 +179,17 @@ func playPartner(m partnerModel, windows int, clients int, late time.Duration, w
 					delay = time.Duration(rng.Int64N(int64(late) + 1))
 				}
 				mu.Unlock()
+				// A call refused by its library (a full queue) is tried
+				// again as it was: drawn afresh, the large calls a long
+				// queue refuses would give way to small ones, which pack
+				// a window more tightly than the calls the run draws.
 				settle, err := wait(ctx, est)
-				if err != nil {
+				for err != nil && time.Now().Before(end) {
 					time.Sleep(50 * time.Millisecond)
-					continue
+					settle, err = wait(ctx, est)
+				}
+				if err != nil {
+					break
 				}
 				time.Sleep(delay)
 				id, ok := p.admit(time.Now(), est, use)
@@ -243,7 +261,7 @@ func (r *report) partners(t *testing.T) {
 		windows = 2
 	}
 	r.printf("\n## The partner's own count\n\n")
-	r.printf("Each partner counts its limit its own way (internal/partnertest: trailing and fixed windows, token buckets, nginx's `limit_req` on whole milliseconds); 64 goroutines call as fast as they are let, costs 50 to 4,000 tokens settled at 0.3 to 1x their estimate (requests: 1), each call reaching the partner 0 to %v after it was let go (the lateness of a loaded host and the network's jitter, drawn alike for every library) and answered 20 to 500 ms later (on a minute's window; proportionally sooner on a shorter one); in a synctest bubble, for %d windows. ThrottleKit declares the partner's limit (`partner.New`); x/time/rate is configured as its docs lead (`NewLimiter(quota's rate, largest call)`, `WaitN`, nothing settled); \"by hand\" is ThrottleKit's leaky bucket at the quota's rate with a burst of the largest call, settled. Quota used: over the windows after the first.\n\n", partnerLate, windows)
+	r.printf("Each partner counts its limit its own way (internal/partnertest: trailing and fixed windows, token buckets, nginx's `limit_req` on whole milliseconds); 64 goroutines call as fast as they are let, costs 50 to 4,000 tokens settled at 0.3 to 1x their estimate (requests: 1), each call reaching the partner 0 to %v after it was let go (the lateness of a loaded host and the network's jitter, drawn alike for every library) and answered 20 to 500 ms later (on a minute's window; proportionally sooner on a shorter one); in a synctest bubble, for %d windows. ThrottleKit declares the partner's limit (`partner.New`); x/time/rate is configured as its docs lead (`NewLimiter(quota's rate, largest call)`, `WaitN`, nothing settled); \"by hand\" is ThrottleKit's leaky bucket at the quota's rate with a burst of the largest call, settled. Quota used: over the windows after the first, from the partner's first arrival.\n\n", partnerLate, windows)
 	r.printf("| partner | ThrottleKit declared: refused, quota used | x/time/rate: refused, quota used | by hand: refused, quota used |\n| --- | --- | --- | --- |\n")
 	for _, m := range partnerModels() {
 		tk, x, hand := partnerInProcess(t, m, windows)

@@ -125,10 +125,13 @@ func TestPartnerFleetProcess(t *testing.T) {
 				est := m.cost(rng)
 				use := max(int64(float64(est)*(m.used+(1-m.used)*rng.Float64())), 1)
 				mu.Unlock()
-				settle, err := wait(ctx, est)
-				if err != nil {
+				settle, err := wait(ctx, est) // a call refused is tried again as it was (playPartner)
+				for err != nil && time.Now().Before(o.End) {
 					time.Sleep(50 * time.Millisecond)
-					continue
+					settle, err = wait(ctx, est)
+				}
+				if err != nil {
+					break
 				}
 				req, _ := http.NewRequest(http.MethodPost, o.Partner, nil)
 				req.Header.Set("X-Cost", strconv.FormatInt(est, 10))
