@@ -20,8 +20,8 @@ import (
 // A request that used less than it reserved gives its unused units back
 // (GiveBack): the log frees them when its entry leaves the window, as the
 // partner does, and the pace at once: on a busy key (one that granted a
-// departure within the last tenth of the window) the pace keeps up to half
-// the window of such credit, so that the requests granted after the settle
+// departure within the last tenth of the window) the pace keeps up to a
+// twentieth of the window of such credit, so that the requests granted after the settle
 // leave that much sooner: the stream is paced at the partner's rate in the
 // units the calls used, not in their estimates.
 //
