@@ -32,6 +32,7 @@ func TestLearnedKeepsThePartnersWord(t *testing.T) {
 	storetest.LearnedKeepsThePartnersWord(t, c)
 	storetest.PausesKeepThePartnersCount(t, c)
 	storetest.ALearnedPaceOutlivesAShorterQueue(t, c)
+	storetest.ALearnedCountOutlivesALiftedContract(t, c)
 }
 
 // The class of the above on the memory store: whatever the feedback, a

@@ -98,7 +98,8 @@ func TestInFlightATakeCutShortLeavesNoPermit(t *testing.T) {
 // across a version's wrap (lua/learn.lua reads versions as Go does); and
 // whatever the feedback (storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback);
 // a partner's pause never loosens its count (storetest.PausesKeepThePartnersCount);
-// and a learned pace outlives a MaxQueue shrunk live (storetest.ALearnedPaceOutlivesAShorterQueue).
+// a learned pace outlives a MaxQueue shrunk live (storetest.ALearnedPaceOutlivesAShorterQueue);
+// and a partner's count outlives a contract lifted live (storetest.ALearnedCountOutlivesALiftedContract).
 func TestLearnedKeepsThePartnersWord(t *testing.T) {
 	t.Parallel()
 	// Timeless: the scripts set TTLs in the fake clock's milliseconds, and
@@ -117,6 +118,7 @@ func TestLearnedKeepsThePartnersWord(t *testing.T) {
 			storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback(t, c, 6)
 			storetest.PausesKeepThePartnersCount(t, c)
 			storetest.ALearnedPaceOutlivesAShorterQueue(t, c)
+			storetest.ALearnedCountOutlivesALiftedContract(t, c)
 		})
 	}
 }

@@ -23,8 +23,11 @@ import (
 // back; granted slots keep their times. On a shaper WithLearning the
 // count caps the key's learned rate until the reset (remaining per reset,
 // fleet-wide, see docs/LEARNING.md): the learned rate's clamp, renewed,
-// keeps it, and a cap already tighter stays. A remaining count the contract could not exceed before the reset
-// anyway records nothing; remaining <= 0 pauses the key until the reset;
+// keeps it, and a cap already tighter stays, whether the contract binds
+// or not (a live SetRate may lift the contract past it before the reset).
+// Without learning, a remaining count the contract could not exceed
+// before the reset anyway records nothing; remaining <= 0 pauses the key
+// until the reset;
 // reset <= 0 does nothing; a reset above MaxPause is a *ConfigError.
 func (s *Shaper) Clamp(ctx context.Context, key string, remaining int64, reset time.Duration) error {
 	return s.clamp(ctx, key, remaining, reset, false)
@@ -53,11 +56,11 @@ func (s *Shaper) clamp(ctx context.Context, key string, remaining int64, reset t
 		return s.Pause(ctx, key, reset)
 	}
 	c := s.live()
-	if float64(remaining) >= s.allowance(c, reset) {
-		return nil
-	}
 	if s.learner != nil { // the learned rate's clamp carries it: one clamp per key, which its renewal never loosens
 		return s.learnCap(ctx, c, key, remaining, reset)
+	}
+	if float64(remaining) >= s.allowance(c, reset) {
+		return nil
 	}
 	ks, err := s.keysOf(c, key)
 	if err != nil {

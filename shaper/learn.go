@@ -556,7 +556,11 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 			life := max(2*fb.Policy.Period, time.Minute)
 			changed = st.Advertise(ms, perSecond(fb.Policy), ms+algorithms.DurationMillis(life), p) || changed
 		}
-		if fb.HasRemaining && fb.Reset > 0 && float64(fb.Remaining) < s.allowance(c, min(fb.Reset, MaxPause)) {
+		// A count is kept even where the contract binds before it: a live
+		// SetRate may lift the contract past it before its reset. Capped
+		// writes a count no tighter than the one in force, and ending no
+		// later, not again: about one write per partner window.
+		if fb.HasRemaining && fb.Reset > 0 {
 			changed = st.Capped(ms, float64(fb.Remaining), algorithms.DurationMillis(min(fb.Reset, MaxPause)), p) || changed
 		}
 		if fb.Refused && st.Event != learn.None && dep >= st.HoldFrom && !(st.Event == learn.Refused && dep < st.T0+learn.Hold) {

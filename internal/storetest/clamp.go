@@ -122,3 +122,41 @@ func ALearnedPaceOutlivesAShorterQueue(t *testing.T, c Candidate) {
 		t.Fatalf("%d slots granted, want the first two alone within 36 s of a queue of a second", len(slots))
 	}
 }
+
+// ALearnedCountOutlivesALiftedContract checks, on c's store, that a
+// partner's remaining count holds until its reset on a learning shaper
+// even when the contract did not let the key reach it when it was said:
+// "10 left until the minute's reset" under 6 per minute, then a live
+// SetRate to 100/s, and the next requests must still leave 6 s apart.
+// The count was dropped as needless when said (the model test found it:
+// a Learn and a SetRate meeting), and the key left 200 ms apart at its
+// learned rate.
+func ALearnedCountOutlivesALiftedContract(t *testing.T, c Candidate) {
+	t.Helper()
+	clk := timer.NewFake(T0)
+	s, err := shaper.New(c.New(), shaper.PerMinute(6), shaper.WithClock(clk), shaper.WithMaxQueue(time.Minute),
+		shaper.WithPrefix("count-lift-"+c.Name+":"), shaper.WithLearning(shaper.Learning{Start: shaper.PerSecond(10)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "k"
+	if err := s.Learn(bg, key, shaper.Feedback{HasRemaining: true, Remaining: 10, Reset: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetRate(bg, "", shaper.PerSecond(100)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(500 * time.Millisecond) // the learned rate's slow start resumes under the new ceiling
+	var prev time.Time
+	for i := range 5 {
+		r, err := s.Reserve(bg, key, 1)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if i > 0 && r.Time().Sub(prev) < 6*time.Second-time.Millisecond {
+			t.Fatalf("\"10 left until the reset in a minute\", then the contract lifted to 100/s: requests %d and %d depart at +%v and +%v, %v apart (want 6 s)",
+				i-1, i, prev.Sub(T0), r.Time().Sub(T0), r.Time().Sub(prev))
+		}
+		prev = r.Time()
+	}
+}
