@@ -264,22 +264,24 @@ func (f *failover) Watch(string) *atomic.Uint64 { return nil }
 // is registered in Redis, whatever the key holds, as soon as Redis answers
 // again (leases.hold with adopt), and on this key before Redis grants this
 // process anything more (the handoff back): a permit granted while Redis
-// was down and still in use counts in Redis until it is released.
+// was down and still in use counts in Redis until it is released. A take of
+// this process on its way to Redis counts as held for the policy's share
+// (leases.begin, leases.share): Redis may grant it whatever the outage.
 func (f *failover) TakePermit(ctx context.Context, p *store.Permit, id string, now float64) (store.Taken, error) {
 	l := &f.redis.permits.leases
-	if _, pending := l.count(p); pending {
-		if !f.redis.health.IsUp() { // Redis is judged down: nothing is asked of it
+	for adopted := false; l.begin(p, true); adopted = true {
+		if adopted || !f.redis.health.IsUp() { // still not registered (closed, or a call that failed alone), or Redis judged down: do not grant past them
 			return f.serve(ctx, p, id, now)
 		}
 		if err := l.adoptNow(f.redis, p); err != nil {
 			return f.serve(ctx, p, id, now)
 		}
-		if _, pending := l.count(p); pending { // still not registered (closed, or a call that failed alone): do not grant past them
-			return f.serve(ctx, p, id, now)
-		}
 	}
-	t, err := f.redis.TakePermit(ctx, p, id, now)
+	t, err := f.redis.take(ctx, p, id, now)
 	if !outage(err) {
+		if err != nil && f.local != nil && !f.redis.health.IsUp() {
+			f.notify(p) // a share refused while this take was on its way may be free now
+		}
 		return t, err
 	}
 	return f.serve(ctx, p, id, now)
@@ -296,23 +298,32 @@ func (f *failover) serve(ctx context.Context, p *store.Permit, id string, now fl
 		l.hold(f.redis, p, id, true, nil)
 		return store.Taken{OK: true, Lease: store.Lease{ID: id, Open: true}, Expiry: math.Inf(1)}, nil
 	}
-	own, _ := l.count(p)
-	local := *p
-	local.Limit = max(1, int64(math.Floor(float64(p.Limit)*f.policy.share))) - own
-	var t store.Taken
-	if local.Limit > 0 {
-		var err error
-		if t, err = f.twins.TakePermit(ctx, &local, id, now); err != nil {
-			return t, err
+	share := max(1, int64(math.Floor(float64(p.Limit)*f.policy.share)))
+	twin := *p
+	t, err := l.share(f.redis, p, id, func() { // registered in Redis: it counts there, and among this process's Redis leases
+		_ = f.twins.ReleasePermit(context.Background(), &twin, store.Lease{ID: id})
+	}, func(own int64) (store.Taken, error) {
+		local := *p
+		local.Limit = share - own
+		var t store.Taken
+		if local.Limit > 0 {
+			var err error
+			if t, err = f.twins.TakePermit(ctx, &local, id, now); err != nil {
+				return t, err
+			}
+		} else {
+			n, err := f.twins.PermitsInUse(ctx, &local, now)
+			if err != nil {
+				return store.Taken{}, err
+			}
+			t = store.Taken{InUse: n}
 		}
-	} else {
-		n, err := f.twins.PermitsInUse(ctx, &local, now)
-		if err != nil {
-			return store.Taken{}, err
-		}
-		t = store.Taken{InUse: n}
+		t.InUse += own
+		return t, nil
+	})
+	if err != nil {
+		return t, err
 	}
-	t.InUse += own
 	if !t.OK {
 		// A permit this process holds in Redis may be released during
 		// the outage (a notice, f.listeners), or Redis may come back.
@@ -320,10 +331,6 @@ func (f *failover) serve(ctx context.Context, p *store.Permit, id string, now fl
 		return t, nil
 	}
 	t.Lease.Local = true
-	twin := *p
-	l.hold(f.redis, p, id, true, func() { // registered in Redis: it counts there, and among this process's Redis leases
-		_ = f.twins.ReleasePermit(context.Background(), &twin, store.Lease{ID: id})
-	})
 	return t, nil
 }
 

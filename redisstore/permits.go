@@ -64,6 +64,19 @@ func permitSet(p *store.Permit) store.KeySet {
 // to the clean-up (leases.orphan): a release ordered after the take by its
 // tombstone, retried until Redis answers. A closed store refuses (ErrClosed).
 func (r *backend) TakePermit(ctx context.Context, p *store.Permit, id string, now float64) (store.Taken, error) {
+	r.permits.leases.begin(p, false)
+	return r.take(ctx, p, id, now)
+}
+
+// take is TakePermit once the take is counted on its way (leases.begin): it
+// ends it, and holds the lease it was granted in the same step (leases.end).
+func (r *backend) take(ctx context.Context, p *store.Permit, id string, now float64) (store.Taken, error) {
+	ended := false
+	defer func() {
+		if !ended {
+			r.permits.leases.end(r, p, "", false)
+		}
+	}()
 	if err := ctx.Err(); err != nil {
 		return store.Taken{}, err
 	}
@@ -111,7 +124,8 @@ func (r *backend) TakePermit(ctx context.Context, p *store.Permit, id string, no
 	t := store.Taken{OK: rep.OK, InUse: rep.InUse, Expiry: max(rep.Expiry, 0)}
 	if t.OK {
 		t.Lease, t.Expiry = store.Lease{ID: id}, math.Inf(1)
-		if !r.permits.leases.hold(r, p, id, false, nil) { // closed meanwhile: nobody would renew it
+		ended = true
+		if !r.permits.leases.end(r, p, id, true) { // closed meanwhile: nobody would renew it
 			r.releaseNow(p, id)
 			return store.Taken{}, &Error{Op: "take_permit", Err: ErrClosed}
 		}
@@ -263,8 +277,12 @@ func (r *backend) Freed(p *store.Permit, ch chan<- struct{}) (stop func()) {
 // not a period later: a lease outlives any break in reaching Redis shorter
 // than its lease less a period, a retry and the call's timeout.
 type leases struct {
-	mu     sync.Mutex
-	dims   map[*store.Dim]*dimLeases
+	mu   sync.Mutex
+	dims map[*store.Dim]*dimLeases
+	// taking counts, by in-flight key, the takes of this process on their
+	// way to Redis (begin to end): a failure policy's share counts them as
+	// held (share), since Redis may grant each of them.
+	taking map[string]int64
 	closed bool // Close: nothing is renewed or cleaned up any more
 	ctx    context.Context
 	cancel context.CancelFunc // stops the loops and their calls
@@ -369,6 +387,11 @@ func (dl *dimLeases) poke() {
 func (l *leases) hold(r *backend, p *store.Permit, id string, adopt bool, adopted func()) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.holdLocked(r, p, id, adopt, adopted)
+}
+
+// holdLocked is hold with l.mu held.
+func (l *leases) holdLocked(r *backend, p *store.Permit, id string, adopt bool, adopted func()) bool {
 	if l.closed {
 		return false
 	}
@@ -428,11 +451,74 @@ func (l *leases) forget(d *store.Dim, key, id string) forgotten {
 	return forgotten{held: true, adopt: h.adopt, calling: h.calling}
 }
 
+// begin counts a take of p's key on its way to Redis, until end: a failure
+// policy's share counts it as held meanwhile (share). With check, if a grant
+// of the policy on the key is still to be registered, it counts nothing and
+// reports pending: the take must wait for the registration (the handoff
+// back), or be served by the policy. Checking and counting in one step under
+// the lock that share holds, a take and a policy's grant never miss each
+// other: whichever comes second counts the first.
+func (l *leases) begin(p *store.Permit, check bool) (pending bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if check {
+		if _, pending = l.countLocked(p); pending {
+			return true
+		}
+	}
+	if l.taking == nil {
+		l.taking = map[string]int64{}
+	}
+	l.taking[permitKey(p)]++
+	return false
+}
+
+// end ends a take begun on p's key; granted, the lease id is held from now
+// on (hold), in the same step, so that a policy's share counting this
+// process's leases sees the take either on its way or held. It reports
+// false if a granted lease could not be held (Close).
+func (l *leases) end(r *backend, p *store.Permit, id string, granted bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	key := permitKey(p)
+	if l.taking[key]--; l.taking[key] <= 0 {
+		delete(l.taking, key)
+	}
+	if !granted {
+		return true
+	}
+	return l.holdLocked(r, p, id, false, nil)
+}
+
+// share serves a failure policy's take of p's key (FailLocal) under the
+// lock begin and end take: take is given own, the leases of the key this
+// process holds in Redis and its takes on their way there (any may be
+// granted), and a grant it makes is held at once, to be registered in
+// Redis (hold with adopt; adopted is called once it is). No take of this
+// process can be granted by Redis, nor begin, between the count and the
+// hold: the process never holds more than the policy's share on both sides
+// together by a race between an answer from Redis and an outage.
+func (l *leases) share(r *backend, p *store.Permit, id string, adopted func(), take func(own int64) (store.Taken, error)) (store.Taken, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	own, _ := l.countLocked(p)
+	t, err := take(own + l.taking[permitKey(p)])
+	if err == nil && t.OK {
+		l.holdLocked(r, p, id, true, adopted)
+	}
+	return t, err
+}
+
 // count returns how many leases of p's key this process holds in Redis
 // (those still to be registered aside), and whether any is still to be.
 func (l *leases) count(p *store.Permit) (n int64, pending bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.countLocked(p)
+}
+
+// countLocked is count with l.mu held.
+func (l *leases) countLocked(p *store.Permit) (n int64, pending bool) {
 	dl := l.dims[p.Dim]
 	if dl == nil {
 		return 0, false

@@ -46,12 +46,13 @@ type deployment struct {
 func faultClient(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 }
 
 // laggy delays, on its clients' connections, every write that holds the
-// given bytes (a script's SHA) by lag, as a slow link would: the bytes are
+// given bytes (a script's SHA, or either of two) by lag, as a slow link would: the bytes are
 // sent in order after lag, even if the client has closed the connection
 // meanwhile (they were on the wire). Other writes are not delayed, so that
 // a command sent later on another connection can overtake it.
 type laggy struct {
 	match []byte
+	or    []byte // if set, another's bytes delayed the same way
 	lag   time.Duration
 	wg    sync.WaitGroup // the delayed writes in flight
 }
@@ -71,7 +72,7 @@ func (l *laggy) dial(ctx context.Context, network, addr string) (net.Conn, error
 }
 
 func (c *laggyConn) Write(b []byte) (int, error) {
-	if !bytes.Contains(b, c.l.match) {
+	if !bytes.Contains(b, c.l.match) && (c.l.or == nil || !bytes.Contains(b, c.l.or)) {
 		c.pending.Wait() // in order behind a delayed write
 		return c.Conn.Write(b)
 	}
@@ -363,6 +364,107 @@ func TestRedisFailLocalCountsWhatItHoldsThroughRedis(t *testing.T) {
 				}
 				if open > 3 {
 					t.Fatalf("%d open with Redis paused, limit 3", open)
+				}
+			})
+		}
+	}
+}
+
+// The class of races between an answer from Redis and an outage, under
+// FailLocal(1) with InFlight 1: a take of the process on its way to Redis
+// (its script's write held back 300 ms by a slow link, Redis up, as are
+// the registrations of the policy's grants: a paused Redis runs what it
+// was sent in order) and a take the policy serves meanwhile (Redis judged
+// down), in either order, are
+// never both granted: the policy's share counts the take on its way (Redis
+// may grant it), and a take that begins after the policy's grant registers
+// that grant in Redis first. Before the fix the policy counted only the
+// leases already held: both were granted (2 open, limit 1), which the
+// random fault test found as 4 live of 3 on a loaded host.
+func TestRedisFailLocalCountsTheTakesOnTheirWayToRedis(t *testing.T) {
+	t.Parallel()
+	for _, d := range deployments(t, false) {
+		for _, policyFirst := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/policy first %v", d.name, policyFirst), func(t *testing.T) {
+				lag := &laggy{match: []byte(script.PermitTake.Hash()), or: []byte(script.PermitRenew.Hash()), lag: 300 * time.Millisecond}
+				var c redis.UniversalClient
+				if d.name == "node" {
+					c = d.owner("").Client(faultClient, func(o *redis.Options) { o.Dialer = lag.dial })
+				} else {
+					c = d.client(nil)
+					c.(*redis.ClusterClient).Options().Dialer = lag.dial
+				}
+				t.Cleanup(lag.wg.Wait)
+				st := New(c, WithTimeout(slowMachine), WithFailurePolicy(FailLocal(1)))
+				t.Cleanup(func() { _ = st.Close() })
+				f, ok := store.Of(st).(*failover)
+				if !ok {
+					t.Fatalf("a FailLocal store's backend is %T", store.Of(st))
+				}
+				p := permitOf(fmt.Sprintf("tk:onway-%v:", policyFirst), "calls", "k", 1, 10*time.Second, nil)
+				if _, err := f.PermitsInUse(bg, p, 0); err != nil { // connected to the key's node, not delayed
+					t.Fatal(err)
+				}
+				for _, s := range []*redis.Script{script.PermitTake, script.PermitRenew} {
+					if err := s.Load(bg, c).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				served := func() store.Taken {
+					f.redis.health.Down() // judged down: the take is the policy's
+					before := st.Degraded()
+					tk, err := f.TakePermit(bg, p, "served", 0)
+					if err != nil || st.Degraded() == before {
+						t.Fatalf("a take while Redis is judged down: %+v %v, not served by the policy", tk, err)
+					}
+					return tk
+				}
+				var local store.Taken
+				if policyFirst {
+					local = served()
+					if !local.OK || !local.Lease.Local {
+						t.Fatalf("the policy's take with nothing held: %+v, want a Local lease", local)
+					}
+					f.redis.health.Answered() // Redis answers again
+				}
+				type result struct {
+					tk  store.Taken
+					err error
+				}
+				done := make(chan result, 1)
+				go func() {
+					tk, err := f.TakePermit(bg, p, "on its way", 0)
+					done <- result{tk, err}
+				}()
+				if !policyFirst {
+					for deadline := time.Now().Add(slowMachine); ; time.Sleep(time.Millisecond) {
+						f.redis.permits.leases.mu.Lock()
+						n := f.redis.permits.leases.taking[permitKey(p)]
+						f.redis.permits.leases.mu.Unlock()
+						if n == 1 {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Fatal("the take never went to Redis")
+						}
+					}
+					local = served()
+				}
+				r := <-done
+				if r.err != nil {
+					t.Fatalf("the take on its way to Redis: %v", r.err)
+				}
+				if r.tk.OK && local.OK {
+					t.Fatalf("both granted, limit 1: the Redis take %+v, the policy's %+v", r.tk, local)
+				}
+				if !r.tk.OK && !local.OK {
+					t.Fatalf("neither granted, limit 1 and nothing held: the Redis take %+v, the policy's %+v", r.tk, local)
+				}
+				if r.tk.OK {
+					mustRelease(t, f, p, r.tk.Lease)
+				}
+				if local.OK {
+					mustRelease(t, f, p, local.Lease)
 				}
 			})
 		}
@@ -833,7 +935,11 @@ func TestRedisInFlightBoundUnderRandomFaults(t *testing.T) {
 			close(stop)
 			wg.Wait()
 			if v := over.Load(); v != nil {
-				t.Fatalf("%s; faults: %v", v, faults)
+				var lost []uint64
+				for _, st := range stores {
+					lost = append(lost, st.LeasesLost())
+				}
+				t.Fatalf("%s; leases lost per process %v; faults: %v", v, lost, faults)
 			}
 			for j, st := range stores {
 				if lost := st.LeasesLost(); lost != 0 {
