@@ -78,17 +78,21 @@ func TestFleetHoldsInFlightAndRateOnACluster(t *testing.T) {
 }
 
 // With a rate that never binds (1000/s), 10 permits held 400 ms each
-// allow 25/s: the fleet reaches at least 95 % of it, with no 429. Each
+// allow 25/s: the fleet reaches at least 85 % of it, with no 429. Each
 // permit's cycle adds a release, a notice and a take to the call: about
-// 4 ms on this host under -race (96.9-97.6 % with calls of 200 ms), more
-// on a loaded one; calls of 400 ms keep that share near 1 %, so that the
-// test judges the hand-over, not the host's load.
+// 4 ms on a quiet host under -race (96.9-97.6 % with calls of 200 ms), and
+// up to about 26 ms when the 4 processes' 256 goroutines load the 2 cores
+// of a CI host (93.8 % there, 2026-12-03). The floor is for that load: a
+// hand-over that lost its notice would leave its permit idle until the
+// waiter's own retry, up to a second, and the fleet under half of 25/s.
+// The fake clock's TestInFlightDeliversTheConcurrencyWhenItBinds holds
+// the 95 % of the hand-over itself.
 func TestConcurrencyBinds(t *testing.T) {
 	c := fleet(redistest.Start(t).Addr(), "")
 	c.rate, c.call = 1000, 400*time.Millisecond
 	res := run(t, c)
-	if res.Throughput < 0.95*res.Expected {
-		t.Errorf("throughput %.1f/s, under 95%% of the %.1f/s 10 permits of 400 ms allow", res.Throughput, res.Expected)
+	if res.Throughput < 0.85*res.Expected {
+		t.Errorf("throughput %.1f/s, under 85%% of the %.1f/s 10 permits of 400 ms allow", res.Throughput, res.Expected)
 	}
 }
 
