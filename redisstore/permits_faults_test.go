@@ -63,6 +63,16 @@ type laggyConn struct {
 	pending sync.WaitGroup // its delayed writes
 }
 
+// client returns a new client of d whose connections l delays.
+func (l *laggy) client(d deployment) redis.UniversalClient {
+	if d.name == "node" {
+		return d.owner("").Client(faultClient, func(o *redis.Options) { o.Dialer = l.dial })
+	}
+	c := d.client(nil)
+	c.(*redis.ClusterClient).Options().Dialer = l.dial
+	return c
+}
+
 func (l *laggy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 	if err != nil {
@@ -387,13 +397,7 @@ func TestRedisFailLocalCountsTheTakesOnTheirWayToRedis(t *testing.T) {
 		for _, policyFirst := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/policy first %v", d.name, policyFirst), func(t *testing.T) {
 				lag := &laggy{match: []byte(script.PermitTake.Hash()), or: []byte(script.PermitRenew.Hash()), lag: 300 * time.Millisecond}
-				var c redis.UniversalClient
-				if d.name == "node" {
-					c = d.owner("").Client(faultClient, func(o *redis.Options) { o.Dialer = lag.dial })
-				} else {
-					c = d.client(nil)
-					c.(*redis.ClusterClient).Options().Dialer = lag.dial
-				}
+				c := lag.client(d)
 				t.Cleanup(lag.wg.Wait)
 				st := New(c, WithTimeout(slowMachine), WithFailurePolicy(FailLocal(1)))
 				t.Cleanup(func() { _ = st.Close() })
@@ -764,13 +768,7 @@ func TestRedisATakeOvertakenByItsCleanUpLeavesNoLease(t *testing.T) {
 	for _, d := range deployments(t, false) {
 		t.Run(d.name, func(t *testing.T) {
 			lag := &laggy{match: []byte(script.PermitTake.Hash()), lag: 30 * time.Millisecond}
-			var c redis.UniversalClient
-			if d.name == "node" {
-				c = d.owner("").Client(faultClient, func(o *redis.Options) { o.Dialer = lag.dial })
-			} else {
-				c = d.client(nil)
-				c.(*redis.ClusterClient).Options().Dialer = lag.dial
-			}
+			c := lag.client(d)
 			st := New(c, WithTimeout(slowMachine))
 			t.Cleanup(func() { _ = st.Close() })
 			s, err := shaper.All(st, []shaper.Dimension{{Name: "open", InFlight: 100}}, shaper.WithName("overtaken-"+d.name))
