@@ -738,18 +738,22 @@ end
 -- departure before it, even past its window (granted ahead before a
 -- shorter MaxQueue), and a window that would end before that slot's
 -- interval is over ends a span after it instead: a pace renewed never
--- forgets the departure it spaces from. With tighter,
--- a key whose clamp in force spaces departures further apart keeps it
--- (one as far apart is renewed: a margin's own). It returns
+-- forgets the departure it spaces from. With tighter and spread (a
+-- pause's resumed pace) the two clamps merge: the one spacing departures
+-- further apart holds, until the later of the two ends, so that a shorter
+-- pause never shortens the pace a longer one set. With tighter alone (a
+-- margin, renewed), a key whose clamp in force spaces departures further
+-- apart keeps it, to its own end (one as far apart is renewed: a
+-- margin's own). It returns
 -- the clamp's end as a string, or the error reply of a key it cannot use
 -- (having written nothing). memstore's clamp is the same, bit for bit.
 local function set_clamp(from, now, interval, span, tighter, spread)
   local endv = now + span
-  local nexts, ends, keep = {}, {}, {}
+  local nexts, ends, ints, keep = {}, {}, {}, {}
   for i = from, #KEYS do -- read and check everything before writing anything
     local cur, why = get(KEYS[i] .. ':k')
     if cur == nil then return refuse(i - from + 1, 'clamp key ' .. why) end
-    nexts[i], ends[i] = now, endv
+    nexts[i], ends[i], ints[i] = now, endv, interval
     if cur then
       local c = parse_clamp(cur)
       if not c then return refuse(i - from + 1, 'clamp key holds a corrupt value') end
@@ -764,14 +768,25 @@ local function set_clamp(from, now, interval, span, tighter, spread)
           if nexts[i] + interval > endv then ends[i] = nexts[i] + span end
         end
       end
-      keep[i] = tighter and now < c[3] and c[2] > interval
+      if tighter and now < c[3] then
+        if spread then -- merged: the clamp spacing further apart holds, to the later end
+          if c[2] >= interval then
+            keep[i] = ends[i] <= c[3]
+            nexts[i], ints[i] = c[1], c[2]
+          elseif c[3] > ends[i] then
+            ends[i] = c[3]
+          end
+        else
+          keep[i] = c[2] > interval
+        end
+      end
     end
   end
   for i = from, #KEYS do
     if not keep[i] then
       local ttl = math.ceil(ends[i] - now)
       if ttl < 1 then ttl = 1 end
-      redis.call('SET', KEYS[i] .. ':k', fmt(nexts[i]) .. ' ' .. fmt(interval) .. ' ' .. fmt(ends[i]), 'PX', ttl)
+      redis.call('SET', KEYS[i] .. ':k', fmt(nexts[i]) .. ' ' .. fmt(ints[i]) .. ' ' .. fmt(ends[i]), 'PX', ttl)
     end
   end
   return fmt(endv)

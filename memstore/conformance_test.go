@@ -31,6 +31,7 @@ func TestLearnedKeepsThePartnersWord(t *testing.T) {
 	}}
 	storetest.LearnedKeepsThePartnersWord(t, c)
 	storetest.PausesKeepThePartnersCount(t, c)
+	storetest.PausesNeverShortenThePace(t, c, 40)
 	storetest.ALearnedPaceOutlivesAShorterQueue(t, c)
 	storetest.ALearnedCountOutlivesALiftedContract(t, c)
 }

@@ -237,16 +237,31 @@ func (m *mem) Clamp(_ context.Context, ks store.KeySet, now, interval, span floa
 // or later (a learned rate's clamp, a margin), even past its window (a
 // slot granted ahead before a shorter MaxQueue), and a window that would
 // end before that slot's interval is over ends a span after it instead:
-// a pace renewed never forgets the departure it spaces from. With tighter, a key whose clamp in force spaces departures
-// further than interval apart keeps it (store.LearnClamp.Tighter; one
-// exactly as far apart, a margin's own, is renewed).
+// a pace renewed never forgets the departure it spaces from. With tighter
+// and spread (Clamp's keepTighter, a pause's resumed pace) the two clamps
+// merge: the one spacing departures further apart holds, until the later
+// of the two ends, so that a shorter pause never shortens the pace a
+// longer one set. With tighter alone (store.LearnClamp.Tighter, a
+// margin renewed every MarginSpan/2), a key whose clamp in force spaces
+// departures further than interval apart keeps it, to its own end; one
+// exactly as far apart, a margin's own, is renewed.
 func (m *mem) clamp(ks store.KeySet, now, interval, span float64, tighter, spread bool) {
 	keys := ks.Keys
 	m.each(ks, func(_ *memShard, sp *memSpace, _ *store.Dim, i int) {
 		next, end := now, now+span
 		c, ok := sp.clamps[keys[i]]
-		if ok && tighter && now < c.end && c.interval > interval {
-			return
+		if ok && tighter && now < c.end {
+			switch {
+			case spread && c.interval >= interval: // merged: the tighter one stays, to the later end
+				if end > c.end {
+					sp.clamps[keys[i]] = clampState{next: c.next, interval: c.interval, end: end}
+				}
+				return
+			case spread: // merged: the new, tighter one, to the later end
+				end = max(end, c.end)
+			case c.interval > interval:
+				return
+			}
 		}
 		switch {
 		case !ok || now >= c.end || c.next <= now:

@@ -117,6 +117,7 @@ func TestLearnedKeepsThePartnersWord(t *testing.T) {
 			storetest.LearnedKeepsThePartnersWord(t, c)
 			storetest.LearnedKeepsWhatIsStatedWhateverTheFeedback(t, c, 6)
 			storetest.PausesKeepThePartnersCount(t, c)
+			storetest.PausesNeverShortenThePace(t, c, 6)
 			storetest.ALearnedPaceOutlivesAShorterQueue(t, c)
 			storetest.ALearnedCountOutlivesALiftedContract(t, c)
 		})

@@ -33,9 +33,11 @@ func (s *Shaper) Clamp(ctx context.Context, key string, remaining int64, reset t
 	return s.clamp(ctx, key, remaining, reset, false)
 }
 
-// clamp is Clamp; with keepTighter (a pause's resumed pace) a key whose
-// clamp in force spaces departures further apart keeps it, so that the
-// pace after a partner's pause never loosens the partner's own count.
+// clamp is Clamp; with keepTighter (a pause's resumed pace) it merges with
+// the clamp in force: the one spacing departures further apart holds,
+// until the later of the two ends, so that the pace after a partner's
+// pause never loosens the partner's own count, and a later, shorter pause
+// (a Retry-After counting down) never shortens the pace a longer one set.
 func (s *Shaper) clamp(ctx context.Context, key string, remaining int64, reset time.Duration, keepTighter bool) error {
 	if s == nil {
 		return errNilShaper

@@ -42,8 +42,9 @@ type Backend interface {
 	// Pause holds every departure on the keys for d ms from now.
 	Pause(ctx context.Context, ks KeySet, now, d float64) error
 	// Clamp sets a partner's clamp on the keys: until now + span,
-	// departures at least interval ms apart. With keepTighter, a key whose
-	// clamp in force spaces departures further apart keeps it.
+	// departures at least interval ms apart. With keepTighter it merges
+	// with the clamp in force: the one spacing departures further apart
+	// holds, until the later of the two ends.
 	Clamp(ctx context.Context, ks KeySet, now, interval, span float64, keepTighter bool) error
 	// Status reads the keys' standing without changing anything.
 	Status(ctx context.Context, q *Query) error

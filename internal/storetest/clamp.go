@@ -2,10 +2,12 @@ package storetest
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/throttlekit/throttlekit-go/internal/timer"
+	"github.com/throttlekit/throttlekit-go/memstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
@@ -158,5 +160,80 @@ func ALearnedCountOutlivesALiftedContract(t *testing.T, c Candidate) {
 				i-1, i, prev.Sub(T0), r.Time().Sub(T0), r.Time().Sub(prev))
 		}
 		prev = r.Time()
+	}
+}
+
+// PausesNeverShortenThePace checks, on c's store, the class of
+// PausesKeepThePartnersCount for pauses alone: whatever pauses a partner
+// asks for, at whatever times (each refusal's Retry-After, the later ones
+// shorter as the partner's own pause runs out), every pause's pace holds
+// for as long as that pause asked, however a later, shorter one ends:
+// after a pause of d at t, no two departures within [t+d, t+d+max(d, 1 s))
+// are closer than the contract's interval, and none departs inside a
+// pause. A 429 with Retry-After 1 near the end of a 5 s pause replaced its
+// 5 s pace with one of 2 s, and the burst left 1.5 s after the pause (in
+// transport's TestAfterAPartnersPauseTheBusiestSecondIsWithinTheContract,
+// on a loaded CI host: 20 in a second under 10/s). Every slot is the one
+// the memory store grants (Go and Lua merge clamps alike). seeds
+// sequences, on a plain shaper and on a learning one. Pauses are whole and
+// half seconds of at least one, so that a Redis key's TTL (real
+// milliseconds) outlives the fake clock's steps.
+func PausesNeverShortenThePace(t *testing.T, c Candidate, seeds int) {
+	t.Helper()
+	const interval = 100 * time.Millisecond // the contract: 10/s, burst 10
+	type pause struct{ at, d time.Duration }
+	run := func(st shaper.Store, name string, learning bool, seed uint64) ([]pause, []time.Duration) {
+		clk := timer.NewFake(T0)
+		opts := []shaper.Option{shaper.WithClock(clk), shaper.WithMaxQueue(time.Minute),
+			shaper.WithPrefix(fmt.Sprintf("pacekeep-%s-%v-%d:", name, learning, seed))}
+		if learning {
+			opts = append(opts, shaper.WithLearning(shaper.Learning{Start: shaper.PerSecond(10)}))
+		}
+		s, err := shaper.New(st, shaper.PerSecond(10).WithBurst(10), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(seed, 41))
+		var pauses []pause
+		for range 1 + rng.IntN(5) {
+			clk.Advance(time.Duration(rng.IntN(8)) * 500 * time.Millisecond)
+			p := pause{clk.Now().Sub(T0), time.Duration(2+rng.IntN(9)) * 500 * time.Millisecond}
+			pauses = append(pauses, p)
+			if err := s.Learn(bg, "k", shaper.Feedback{Refused: true, Pause: p.d}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var slots []time.Duration
+		for range 120 {
+			r, err := s.Reserve(bg, "k", 1)
+			if err != nil {
+				break // the queue's minute is full
+			}
+			slots = append(slots, r.Time().Sub(T0))
+		}
+		return pauses, slots
+	}
+	for _, learning := range []bool{false, true} {
+		for seed := range uint64(seeds) {
+			pauses, slots := run(c.New(), c.Name, learning, seed)
+			where := fmt.Sprintf("learning=%v seed %d (pauses %v)", learning, seed, pauses)
+			if c.Name != "memory" {
+				if _, want := run(memstore.New(memstore.WithSweepInterval(0)), "memory", learning, seed); fmt.Sprint(slots) != fmt.Sprint(want) {
+					t.Fatalf("%s: slots %v, the memory store's %v", where, slots, want)
+				}
+			}
+			for _, p := range pauses {
+				from, to := p.at+p.d, p.at+p.d+max(p.d, time.Second)
+				for i, at := range slots {
+					if at > p.at && at < from {
+						t.Fatalf("%s: a departure at +%v, inside the pause of %v at +%v", where, at, p.d, p.at)
+					}
+					if i > 0 && slots[i-1] >= from && at < to && at-slots[i-1] < interval-time.Millisecond {
+						t.Fatalf("%s: departures at +%v and +%v, %v apart, within the pace after the pause of %v at +%v",
+							where, slots[i-1], at, at-slots[i-1], p.d, p.at)
+					}
+				}
+			}
+		}
 	}
 }
