@@ -118,6 +118,9 @@ func (m *mrun) doLearn(o mop) {
 		m.pause(key, d, before, after)
 		// A burst contract resumes paced (a clamp) for as long again.
 		mk.clampHi = maxTime(mk.clampHi, after.Add(2*d+time.Second))
+		if !m.cfg.learn && certain {
+			m.recordPace(key, d, before, c)
+		}
 	}
 	if fb.HasRemaining && fb.Reset > 0 {
 		reset := min(fb.Reset, shaper.MaxPause)

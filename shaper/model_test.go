@@ -324,7 +324,8 @@ type mkey struct {
 	Lat     []*big.Rat
 	pauseHi time.Time
 	clampHi time.Time
-	clamp   int // the open clamp record (-1: none)
+	clamp   int   // the open clamp record (-1: none)
+	paces   []int // the open records of the paces after a partner's pause (a later Clamp replaces them)
 
 	resets     []int     // the ops that reset it
 	fuzzy      bool      // a grant the model did not see may stand (a request left as it was granted): no bound holds
@@ -1785,6 +1786,7 @@ func (m *mrun) recordClamp(key string, remaining int64, reset time.Duration, bef
 		allowance = min(allowance, float64(burstOf(r))+float64(r.Count)*reset.Seconds()/r.Period.Seconds())
 	}
 	if !certain || math.Abs(float64(remaining)-allowance) < 1e-6 {
+		m.endPaces(mk)
 		if mk.clamp >= 0 {
 			m.o.clamps[mk.clamp].until = m.op
 			mk.clamp = -1
@@ -1794,12 +1796,48 @@ func (m *mrun) recordClamp(key string, remaining int64, reset time.Duration, bef
 	if float64(remaining) >= allowance {
 		return // records nothing: the contract could not exceed it anyway
 	}
+	m.endPaces(mk)
 	if mk.clamp >= 0 {
 		m.o.clamps[mk.clamp].until = m.op
 	}
 	mk.clamp = len(m.o.clamps)
 	m.o.clamps = append(m.o.clamps, clampRec{op: m.op, until: math.MaxInt, key: key, epoch: mk.epoch, endLo: before.Add(reset),
 		interval: big.NewRat(int64(reset), remaining), remaining: remaining, learning: m.cfg.learn, how: how})
+}
+
+// recordPace records the pace a plain shaper's burst contract c resumes at
+// after a partner's pause of d set between before and after (see
+// Shaper.Learn): for d + max(d, 1 s), departures at least the contract's
+// interval apart (span/floor(rate*span), as the shaper computes it). A
+// later pause merges with it and never shortens it; a later Clamp (the
+// partner's own count) or Reset replaces it.
+func (m *mrun) recordPace(key string, d time.Duration, before time.Time, c snap) {
+	bursty, rate := false, math.Inf(1)
+	for _, r := range c.rates {
+		bursty = bursty || burstOf(r) > 1
+		rate = min(rate, float64(r.Count)/r.Period.Seconds())
+	}
+	span := d + max(d, time.Second)
+	if !bursty || span > shaper.MaxPause {
+		return
+	}
+	n := int64(math.Floor(rate * span.Seconds()))
+	if n < 1 {
+		return
+	}
+	mk := m.key(key)
+	mk.paces = append(mk.paces, len(m.o.clamps))
+	m.o.clamps = append(m.o.clamps, clampRec{op: m.op, until: math.MaxInt, key: key, epoch: mk.epoch, endLo: before.Add(span),
+		interval: big.NewRat(int64(span), n), remaining: math.MaxInt64, how: "pause"})
+}
+
+// endPaces ends the key's open pace records: a Clamp or Reset replaced
+// them.
+func (m *mrun) endPaces(mk *mkey) {
+	for _, i := range mk.paces {
+		m.o.clamps[i].until = m.op
+	}
+	mk.paces = nil
 }
 
 func (m *mrun) doReset(o mop) {
@@ -1820,6 +1858,7 @@ func (m *mrun) doReset(o mop) {
 		mk.clean[i], mk.U[i], mk.L[i], mk.Lat[i] = true, nil, nil, nil
 	}
 	mk.pauseHi, mk.clampHi = time.Time{}, time.Time{}
+	m.endPaces(mk)
 	if mk.clamp >= 0 {
 		m.o.clamps[mk.clamp].until = m.op
 		mk.clamp = -1
