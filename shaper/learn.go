@@ -223,12 +223,23 @@ func (lk *learnedKey) undrain(ts []store.Tally) {
 
 // acceptedRate measures the partner for a refusal of a request that
 // departed at dep, ms: the rate it accepted, fleet-wide, in the second
-// that ended two buckets before dep's bucket began (the other processes
-// add their answers at least every learnEvery while they send: a bucket
-// is read once they have), read from the store with this process's answers
-// added; this process's own when the store cannot answer; -1 with fewer
-// than learn.MinSample answers.
-func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learnedKey, dep, ms float64) float64 {
+// that ended two buckets before dep's bucket began, read from the store
+// with this process's answers added (this process's own when the store
+// cannot answer); -1 with fewer than learn.MinSample answers. Where one
+// learned rate was in force throughout that second, the rate is the share
+// of the answers that were accepted times that rate, or the accepted
+// count itself where that is higher: a
+// partner that refuses is overloaded, so the fleet was sending at the
+// rate in force, and the share is what the tallies tell exactly. The
+// count alone read 15-40 % low in a fleet (answers of other processes
+// not yet added, or not yet come back: a refusal at 20.4/s against a
+// limit of 20 found 14), and each such refusal dropped the rate a third
+// below the limit.
+// countSlack is how far low acceptedRate takes the fleet's count of
+// accepted answers to read at most.
+const countSlack = 1.3
+
+func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learnedKey, dep, ms float64, p learn.Params) float64 {
 	to := int64(dep/store.TallyWidth) - 3
 	from := to - int64(1000/store.TallyWidth) + 1
 	add := lk.drain()
@@ -250,7 +261,16 @@ func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learned
 	if answered < learn.MinSample {
 		return -1
 	}
-	return float64(accepted) * 1000 / (float64(to-from+1) * store.TallyWidth)
+	counted := float64(accepted) * 1000 / (float64(to-from+1) * store.TallyWidth)
+	if start, end := float64(from)*store.TallyWidth, float64(to+1)*store.TallyWidth; lk.st.Event != learn.None && lk.st.T0 <= start {
+		// One rate in force throughout the second (or rising to its end,
+		// recovering): the share of it the partner accepted.
+		// The count may read up to ~30 % low; the share times the rate
+		// reads high when the fleet sent less than the rate (its
+		// callers' demand, slots still to come): the lower of the two.
+		return max(counted, min(float64(accepted)/float64(answered)*lk.st.Rate(end, p), countSlack*counted))
+	}
+	return counted
 }
 
 // learnEvidence is what the fleet's tallies, as the last store call read
@@ -266,6 +286,13 @@ func learnEvidence(lk *learnedKey, st *learn.State, ms float64, p learn.Params) 
 	}
 	r := st.Rate(ms, p)
 	n := int64(min(max(math.Ceil(learn.MinSample/r*1000/store.TallyWidth), 2), 8))
+	if st.Max > 0 && st.Step > 0 && r < 1.5*st.Max {
+		// A step near the limit found last: 2 s of answers, so that a
+		// partner's burst absorbing the step's small excess for a second
+		// does not pass for acceptance (a 5-request bucket at 40/s took
+		// 1.1x for 1.9 s, and the next step drew 10 refusals).
+		n = 8
+	}
 	to := int64(ms/store.TallyWidth) - 3
 	from := max(to-n+1, int64(math.Ceil(start/store.TallyWidth)))
 	if from > to {
@@ -565,7 +592,7 @@ func (s *Shaper) Learn(ctx context.Context, key string, fb Feedback) error {
 		}
 		if fb.Refused && st.Event != learn.None && dep >= st.HoldFrom && !(st.Event == learn.Refused && dep < st.T0+learn.Hold) {
 			if !measured { // one read, however often the record changes under us
-				accepted, measured = s.acceptedRate(ctx, l, lk, dep, ms), true
+				accepted, measured = s.acceptedRate(ctx, l, lk, dep, ms, p), true
 			}
 			changed = st.Refuse(ms, dep, accepted, p) || changed
 		}

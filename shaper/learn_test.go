@@ -54,12 +54,27 @@ type outcome struct {
 }
 
 func TestLearningTracksAHiddenLimit(t *testing.T) {
+	for _, procs := range []int{1, 4} {
+		t.Run(fmt.Sprintf("processes=%d", procs), func(t *testing.T) { tracksAHiddenLimit(t, procs) })
+	}
+}
+
+// tracksAHiddenLimit plays a hidden limit of 40, 20 and 60/s against procs
+// learning shapers sharing one store (a fleet: each adds its answers to
+// the fleet's tallies every learnEvery), 64 callers among them. In a
+// fleet the count of accepted answers a refusal reads came up 15-40 %
+// short, and each refusal dropped the rate a third under the limit.
+func tracksAHiddenLimit(t *testing.T, procs int) {
 	synctest.Test(t, func(t *testing.T) {
 		st := memstore.New()
 		defer st.Close()
-		s, err := New(st, PerSecond(200), WithLearning(Learning{Start: PerSecond(10)}), WithMaxQueue(time.Minute))
-		if err != nil {
-			t.Fatal(err)
+		var shapers []*Shaper
+		for range procs {
+			s, err := New(st, PerSecond(200), WithLearning(Learning{Start: PerSecond(10)}), WithMaxQueue(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			shapers = append(shapers, s)
 		}
 		partner := &hiddenPartner{rate: 40, burst: 5}
 		start := time.Now()
@@ -70,7 +85,8 @@ func TestLearningTracksAHiddenLimit(t *testing.T) {
 		var mu sync.Mutex
 		var log []outcome
 		var wg sync.WaitGroup
-		for range 64 {
+		for i := range 64 {
+			s := shapers[i%procs]
 			wg.Go(func() {
 				for ctx.Err() == nil {
 					if err := s.Wait(ctx, "p", 1); err != nil {
@@ -130,13 +146,24 @@ func TestLearningTracksAHiddenLimit(t *testing.T) {
 			share := float64(ref) / float64(ok+ref)
 			through := float64(ok) / (limit * float64(per-conv))
 			t.Logf("phase %d: limit %v/s, converged in %d s, then %.2f %% refused, %.1f %% of the limit delivered", ph, limit, conv, 100*share, 100*through)
-			// The goals (under 1 % refused, at least 90 % delivered) are
-			// measured for a fleet of processes in docs/BENCHMARKS.md; on
-			// the fake clock this run guards against regressions, with
-			// a bound above its figures (1.2 to 2.1 % refused, converged
-			// in 3 to 12 s).
-			if share >= 0.03 || through < 0.9 {
-				t.Errorf("phase %d: %.2f %% refused (want < 3 %%), %.1f %% delivered (want >= 90 %%)", ph, 100*share, 100*through)
+			// The goals (under 1 % refused, at least 95 % delivered, issue
+			// 40) are measured for a fleet of OS processes in
+			// docs/BENCHMARKS.md; on the fake clock this run guards
+			// against regressions, with a bound above its figures: one
+			// process 1.2 to 1.5 % refused, converged in 2 to 11 s; four,
+			// 3.3 to 6.5 % refused (the slow start's overrun counts in
+			// the first phase, the fall to 20/s in the second, a probe's
+			// overrun by the slots granted before its refusal came back
+			// in the third), 93 to 99 % delivered. Four processes refused
+			// 6.5 % and 11.3 % and never converged at 60/s before the
+			// refusals read the share accepted and the probe's first
+			// steps were made gentle.
+			bound := 0.03
+			if procs > 1 {
+				bound = 0.08
+			}
+			if share >= bound || through < 0.9 {
+				t.Errorf("phase %d: %.2f %% refused (want < %.0f %%), %.1f %% delivered (want >= 90 %%)", ph, 100*share, 100*bound, 100*through)
 			}
 		}
 	})

@@ -17,11 +17,12 @@
 //   - the plateau: Keep*Max for Plateau*2^Level, where Level counts the
 //     refusals in a row that found the same limit (within Same): a stable
 //     partner is probed ever more rarely, one that moves at once;
-//   - the probe: gently at first, then faster and faster (step k
-//     multiplies the rate by 2^(k/2): 1.41, 2, 2.83, ... at most once a
-//     second), until a refusal finds the limit again: a partner whose
-//     limit did not move draws one or two refusals, one whose limit
-//     tripled is found within three seconds.
+//   - the probe: gently at first, then faster and faster (ProbeFactor:
+//     1.1, then 1.41 three times, then 2, 2.83, ... at most once a
+//     second, a step near the limit found held for 2 s of answers), until
+//     a refusal finds the limit again, or the rate before the step that
+//     overran it: a partner whose limit did not move draws a few
+//     refusals, one whose limit tripled is found at the fourth step.
 //
 // The probe advances with evidence, not with the clock alone: each step
 // needs the fleet's answers (Evidence) to show the partner accepted, with
@@ -82,7 +83,7 @@ const (
 	Plateau  = 5000.0 // the plateau's length at Level 0
 	MaxLevel = 1      // the plateau is at most Plateau*2^MaxLevel long
 	Same     = 0.15   // a refusal finding Max within this share of the last one raises Level
-	MaxStep  = 8      // the probe's steps multiply the rate by 2^(k/2), k up to MaxStep
+	MaxStep  = 8      // the probe's steps multiply the rate by ProbeFactor(k), k up to MaxStep
 	Hold     = 1000.0 // a refusal of a request that departed within Hold of a change changes nothing
 	// MinSample is how many answers the last second needs before a
 	// decrease trusts the rate the partner accepted in it.
@@ -215,9 +216,17 @@ func (s *State) Refuse(now, departed, accepted float64, p Params) bool {
 		return false
 	}
 	r := s.Rate(departed, p)
-	found := r / 2 // not measured: AIMD's halving
+	lo := r / 2
+	if s.Event == Probed && s.Step > 0 && s.Max > 0 {
+		// A probe's step overran: the rate before it had the fleet's
+		// evidence, so the limit lies above that, however far below
+		// this step (a step of 2.83 from 60/s against a limit of 60
+		// found 85, half the step, and the fleet overran again).
+		lo = min(lo, s.Base/ProbeFactor(s.Step))
+	}
+	found := lo // not measured: AIMD's halving, or the rate before the step
 	if accepted >= 0 {
-		found = min(max(accepted, r/2), r)
+		found = min(max(accepted, lo), r)
 	}
 	found = clampRate(found, p)
 	// A new overload: Level compares with the Max before it.
@@ -258,7 +267,7 @@ func (s *State) ProbeFrom(now float64) (float64, bool) {
 // Probe steps the rate up at now when ev shows the partner accepted the
 // rate in force: answers to requests that departed after ProbeFrom, none
 // refused, at least half the rate in force. A step doubles the rate in
-// slow start, multiplies it by 2^(k/2) at the probe's step k after a
+// slow start, multiplies it by ProbeFactor(k) at the probe's step k after a
 // refusal; it never passes the ceiling, nor a policy or a count in force
 // (a rate already there takes no step). Found stays: a policy above it
 // is reached by steps, each with its evidence, never at once (a burst the
@@ -287,11 +296,31 @@ func (s *State) Probe(now float64, ev Evidence, p Params) bool {
 	step := min(s.Step+1, MaxStep)
 	factor := 2.0
 	if s.Max > 0 {
-		factor = math.Exp2(float64(step) / 2)
+		factor = ProbeFactor(step)
 	}
 	s.set(now, Probed)
 	s.Base, s.Step = clampRate(r*factor, p), step
 	return true
+}
+
+// ProbeFactor is what step k (1..MaxStep) of a probe after a refusal
+// multiplies the rate by: 1.1 at the first step, 1.41 at the next three,
+// then 2, 2.83, 4, ... The first step, from the plateau just under the
+// limit found last, overruns a partner whose limit did not move by a
+// tenth, not by two fifths; the next ones reach a limit that tripled at
+// the fourth step (1.1*1.41^3 = 3.1) without overrunning it by more than
+// 1.41 (a step of 2.83 past a limit of 60 drew 42 refusals in a fleet of
+// four, from the slots granted before the first refusal came back); past
+// them the steps grow fast, as TCP CUBIC probes slowly near its last
+// maximum and fast away from it.
+func ProbeFactor(k int) float64 {
+	switch {
+	case k <= 1:
+		return 1.1
+	case k <= 4:
+		return math.Sqrt2
+	}
+	return math.Exp2(float64(k-3) / 2)
 }
 
 // Advertise applies a policy the partner states (quota per window, as a

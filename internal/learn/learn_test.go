@@ -288,7 +288,11 @@ func TestAPolicyCapsTheRate(t *testing.T) {
 
 // After the plateau the probe finds a raised limit within seconds, as
 // the partner's answers show each step accepted; before the plateau's end
-// it takes none.
+// it takes none. Its first step is gentle (1.1: a partner whose limit did
+// not move is overrun by a tenth), and no step after it more than 1.41
+// until the limit tripled (a step of 2.83 past a limit of 60 drew 42
+// refusals in a fleet, from the slots granted before the refusal came
+// back): a tripled limit is found at the fourth step.
 func TestTheProbeFindsARaisedLimit(t *testing.T) {
 	t.Parallel()
 	st := State{Ver: 1, Base: 18, Max: 20, T0: 0, Event: Refused, Found: 20}
@@ -311,8 +315,13 @@ func TestTheProbeFindsARaisedLimit(t *testing.T) {
 		rates = append(rates, st.Rate(now, p))
 		now += 1000
 	}
-	if now-end > 3000 || rates[0] > 1.5*Keep*20 {
-		t.Fatalf("the probe's steps %v: a limit raised to 60 found after %v ms (want 3 s), its first step not gentle", rates, now-end)
+	if now-end > 4000 || rates[0] > 1.11*Keep*20 {
+		t.Fatalf("the probe's steps %v: a limit raised to 60 found after %v ms (want 4 s), or its first step not gentle", rates, now-end)
+	}
+	for i := 1; i < len(rates); i++ {
+		if rates[i] > math.Sqrt2*rates[i-1]*(1+1e-9) {
+			t.Fatalf("the probe's steps %v: step %d multiplied the rate by more than 1.41 before the limit tripled", rates, i+1)
+		}
 	}
 }
 
@@ -473,5 +482,33 @@ func TestACapKeepsARefusalsHold(t *testing.T) {
 	}
 	if st.Refuse(at+100, at+50, 10, p) {
 		t.Fatal("a refusal within the Hold of one just capped lowered the rate again")
+	}
+}
+
+// A refusal of a probe's step that overran finds the limit at the rate
+// before that step at the least, not at half the step: the fleet had the
+// partner's evidence for that rate. A step of 2.83 from 60/s refused with
+// nothing measured found 85 (half of 170) and the fleet overran again.
+func TestARefusedStepFallsBackToTheRateBeforeIt(t *testing.T) {
+	t.Parallel()
+	for step := 1; step <= MaxStep; step++ {
+		before := 60.0
+		st := State{Ver: 1, Base: before * ProbeFactor(step), Max: 20, T0: 0, Event: Probed, Found: 20, Step: step}
+		r := st.Rate(100, p)
+		if !st.Refuse(200, 150, -1, p) {
+			t.Fatalf("step %d: the refusal changed nothing", step)
+		}
+		want := min(r/2, before)
+		if math.Abs(st.Found-want) > 1e-9 || st.Found > before+1e-9 {
+			t.Fatalf("step %d at %v/s: found %v, want %v (the rate before the step, or half the step)", step, r, st.Found, want)
+		}
+	}
+	// Measured, the share the partner accepted stands, down to that floor.
+	st := State{Ver: 1, Base: 60 * ProbeFactor(5), Max: 20, T0: 0, Event: Probed, Found: 20, Step: 5}
+	if st.Refuse(200, 150, 70, p); st.Found != 70 {
+		t.Fatalf("a measured 70/s: found %v", st.Found)
+	}
+	if st := (State{Ver: 1, Base: 60 * ProbeFactor(5), Max: 20, T0: 0, Event: Probed, Found: 20, Step: 5}); st.Refuse(200, 150, 10, p) && st.Found != 60 {
+		t.Fatalf("a measured 10/s after a step from 60: found %v, want 60", st.Found)
 	}
 }
