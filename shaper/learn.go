@@ -221,24 +221,22 @@ func (lk *learnedKey) undrain(ts []store.Tally) {
 	}
 }
 
+// countSlack is how far low acceptedRate takes the fleet's count of
+// accepted answers to read at most.
+const countSlack = 1.3
+
 // acceptedRate measures the partner for a refusal of a request that
 // departed at dep, ms: the rate it accepted, fleet-wide, in the second
 // that ended two buckets before dep's bucket began, read from the store
 // with this process's answers added (this process's own when the store
 // cannot answer); -1 with fewer than learn.MinSample answers. Where one
 // learned rate was in force throughout that second, the rate is the share
-// of the answers that were accepted times that rate, or the accepted
-// count itself where that is higher: a
-// partner that refuses is overloaded, so the fleet was sending at the
-// rate in force, and the share is what the tallies tell exactly. The
-// count alone read 15-40 % low in a fleet (answers of other processes
-// not yet added, or not yet come back: a refusal at 20.4/s against a
-// limit of 20 found 14), and each such refusal dropped the rate a third
-// below the limit.
-// countSlack is how far low acceptedRate takes the fleet's count of
-// accepted answers to read at most.
-const countSlack = 1.3
-
+// of the answers that were accepted times that rate, between the accepted
+// count and countSlack times it: a partner that refuses is overloaded, so
+// the fleet was sending at the rate in force, and the share holds where
+// the count reads low (answers of other processes not yet added, or not
+// yet come back; a refusal at 20.4/s against a limit of 20 found 14, and
+// each such refusal dropped the rate a third below the limit).
 func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learnedKey, dep, ms float64, p learn.Params) float64 {
 	to := int64(dep/store.TallyWidth) - 3
 	from := to - int64(1000/store.TallyWidth) + 1
