@@ -112,6 +112,9 @@ func laterConfigs() [][]algorithms.Algorithm {
 		one(must(algorithms.NewTrailingLog(9, 2500*time.Millisecond, 40*time.Millisecond, 5*time.Second))),
 		one(must(algorithms.NewTrailingLog(3, time.Second, 10*time.Millisecond, 0))),
 		{must(algorithms.NewTrailingLog(10, 3*time.Second, 20*time.Millisecond, 20*time.Second)), must(algorithms.NewLeakyBucket(r(4, time.Second, 4), 20*time.Second))},
+		one(must(algorithms.NewCostBucket(6, 5, time.Second, 10*time.Second))),
+		one(must(algorithms.NewCostBucket(9, 7, 3*time.Second, 0))),
+		{must(algorithms.NewCostBucket(12, 4, time.Second, 20*time.Second)), must(algorithms.NewTrailingLog(10, 3*time.Second, 20*time.Millisecond, 20*time.Second))},
 	}
 }
 

@@ -91,7 +91,7 @@ func (l *SlidingLog) Commit(st State, now, _ float64, cost int64) State {
 // departure it granted (the sliding logs). Stores call it when a
 // reservation settles for less than it reserved, or is cancelled.
 type GiveBacker interface {
-	GiveBack(st State, at float64, units int64) State
+	GiveBack(st State, now, at float64, units int64) State
 }
 
 // GiveBack returns st with units (> 0) taken off the entry stamped at (the
@@ -99,7 +99,7 @@ type GiveBacker interface {
 // used less than it reserved frees its units when its entry leaves the
 // window, as the partner's trailing window frees them. An entry that is
 // gone (expired, or merged into a later one) gives nothing back.
-func (l *SlidingLog) GiveBack(st State, at float64, units int64) State {
+func (l *SlidingLog) GiveBack(st State, _, at float64, units int64) State {
 	return giveBack(st, 1, at, units)
 }
 

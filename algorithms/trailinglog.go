@@ -156,7 +156,7 @@ func (l *TrailingLog) Status(st State, now float64) (remaining, resetAfter float
 // one entry deep, and reservations granted far ahead and cancelled in any
 // order must leave no more than the tolerance of pace behind them. No
 // entry left, no pace.
-func (l *TrailingLog) GiveBack(st State, at float64, units int64) State {
+func (l *TrailingLog) GiveBack(st State, _, at float64, units int64) State {
 	if len(st) < head {
 		return st
 	}

@@ -42,7 +42,7 @@ func TestTrailingLogNeverOverfillsAWindow(t *testing.T) {
 				t.Fatalf("seed %d: departure %v before the one granted before it, %v", seed, at, last)
 			}
 			if rng.IntN(10) == 0 && (len(deps) == 0 || deps[len(deps)-1].at < at) { // cancelled: its entry is gone
-				st = l.GiveBack(st, at, cost)
+				st = l.GiveBack(st, 0, at, cost)
 				if n := len(st); n >= 4 && st[n-2] == at {
 					t.Fatalf("seed %d: a cancelled newest entry stayed in the log", seed)
 				}
@@ -52,7 +52,7 @@ func TestTrailingLogNeverOverfillsAWindow(t *testing.T) {
 			used := float64(cost)
 			if rng.IntN(2) == 0 { // settled for less
 				back := int64(rng.IntN(int(cost))) // all of it is a cancel, above
-				st = l.GiveBack(st, at, back)
+				st = l.GiveBack(st, 0, at, back)
 				used -= float64(back)
 			}
 			if n := len(deps); n > 0 && deps[n-1].at == at {
@@ -115,7 +115,7 @@ func TestTrailingLogCancelsHoldNothing(t *testing.T) {
 			cost := int64(1 + rng.IntN(int(limit)))
 			st, dec, _ = Reserve(l, st, now, cost)
 			if rng.IntN(3) == 0 {
-				st = l.GiveBack(st, now+dec.Wait(), int64(rng.IntN(int(cost)+1)))
+				st = l.GiveBack(st, 0, now+dec.Wait(), int64(rng.IntN(int(cost)+1)))
 			}
 		}
 		probe := int64(1 + rng.IntN(int(limit)))
@@ -144,7 +144,7 @@ func TestTrailingLogCancelsHoldNothing(t *testing.T) {
 		}
 		rng.Shuffle(len(hs), func(i, j int) { hs[i], hs[j] = hs[j], hs[i] })
 		for _, h := range hs {
-			st = l.GiveBack(st, h.at, h.cost)
+			st = l.GiveBack(st, 0, h.at, h.cost)
 		}
 		if got := l.Delay(st, now, probe); got > want+l.tolerance+1e-3 {
 			t.Fatalf("seed %d: a request of %d waits %v ms after %d cancelled reservations, %v before them", seed, probe, got, len(hs), want)

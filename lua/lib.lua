@@ -347,7 +347,7 @@ local function give_back(st, first, at, units)
   end
   return st
 end
-function slog.give_back(p, st, at, units) return give_back(st, 2, at, units) end
+function slog.give_back(p, st, _, at, units) return give_back(st, 2, at, units) end
 function slog.status(p, st, now)
   local first, used = log_live(p, st, now)
   if used == 0 then return p[1], 0 end
@@ -406,7 +406,7 @@ function trail.status(p, st, now)
   return p[1] - used, reset
 end
 function trail.max_wait(p) return p[3] end
-function trail.give_back(p, st, at, units)
+function trail.give_back(p, st, _, at, units)
   if #st < 3 then return st end
   local before = st[1]
   st = give_back(st, 4, at, units)
@@ -430,6 +430,85 @@ function trail.give_back(p, st, at, units)
   st[3] = st[3] - g
   return st
 end
+
+-- Cost bucket (algorithms.CostBucket): p = {capacity, interval (ms a
+-- unit), max wait}; st = {level after the newest departure, the newest
+-- departure, then per departure still ahead: departure, level before it,
+-- cost}.
+local cbucket = {}
+local function cb_level(p, st, t) return math.min(p[1], st[1] + (t - st[2]) / p[2]) end
+local function cb_ahead(st, now)
+  local i = 3
+  while i + 2 <= #st and st[i] <= now do i = i + 3 end
+  return i
+end
+function cbucket.admissible(p, cost) return cost <= p[1] end
+function cbucket.delay(p, st, now, cost)
+  if #st < 2 then return 0 end
+  local base = math.max(now, st[2])
+  local lvl = cb_level(p, st, base)
+  if lvl >= cost then return base - now end
+  return (base + (cost - lvl) * p[2]) - now
+end
+function cbucket.commit(p, st, now, delay, cost)
+  local at = now + delay
+  if #st < 2 then
+    if at > now then return {p[1] - cost, at, at, p[1], cost} end
+    return {p[1] - cost, at}
+  end
+  if st[2] > at then at = st[2] end
+  local pre = cb_level(p, st, at)
+  local out = {pre - cost, at}
+  for i = cb_ahead(st, now), #st do out[#out + 1] = st[i] end
+  if at > now then
+    local n = #out
+    out[n + 1] = at
+    out[n + 2] = pre
+    out[n + 3] = cost
+  end
+  return out
+end
+function cbucket.give_back(p, st, now, at, units)
+  if #st < 2 or units <= 0 then return st end
+  local out = {st[1], st[2]}
+  for i = cb_ahead(st, now), #st do out[#out + 1] = st[i] end
+  st = out
+  local n = #st
+  if n >= 5 and st[n - 2] == at and st[2] == at and st[n] == units then -- the newest, cancelled before it left
+    local pre = st[n - 1]
+    st[n] = nil
+    st[n - 1] = nil
+    st[n - 2] = nil
+    n = n - 3
+    if n >= 5 then
+      st[1] = st[n - 1] - st[n]
+      st[2] = st[n - 2]
+      return st
+    end
+    st[1] = math.min(p[1], pre - (at - now) / p[2])
+    st[2] = now
+    return st
+  end
+  if st[2] <= now then
+    st[1] = math.min(p[1], cb_level(p, st, now) + units)
+    st[2] = now
+    return st
+  end
+  local peak = st[1]
+  for i = 3, n, 3 do peak = math.max(peak, st[i + 1]) end
+  local g = math.min(units, p[1] - peak)
+  if g <= 0 then return st end
+  st[1] = st[1] + g
+  for i = 3, n, 3 do st[i + 1] = st[i + 1] + g end
+  return st
+end
+function cbucket.status(p, st, now)
+  if #st < 2 then return p[1], 0 end
+  local base = math.max(now, st[2])
+  local full = st[2] + (p[1] - st[1]) * p[2]
+  return math.max(cb_level(p, st, base), 0), math.max(full - now, 0)
+end
+function cbucket.max_wait(p) return p[3] end
 
 -- Civil dates (Howard Hinnant's algorithms), as in algorithms/civil.go.
 local function days_from_civil(y, m, d)
@@ -503,7 +582,7 @@ function quota.status(p, st, now)
 end
 function quota.max_wait(p) return 0 end
 
-local ALG = {g = gcra, t = token, f = fixed, s = sliding, l = slog, q = quota, w = trail}
+local ALG = {g = gcra, t = token, f = fixed, s = sliding, l = slog, q = quota, w = trail, b = cbucket}
 
 -- The time of the decision: the caller's (ARGV) or the server's (TIME).
 local function clock(arg)

@@ -6,7 +6,8 @@
 -- one follows its rule (ledger.lua). For the other algorithms an extra is
 -- charged now (their commit of the difference); the sliding logs (kinds
 -- 'l' and 'w') give back what a reservation did not use off the entry
--- stamped at its departure, and the others give nothing back.
+-- stamped at its departure, the cost bucket (kind 'b') puts it back in the
+-- bucket, and the others give nothing back.
 -- KEYS: per key, its state key K (a Ledger lives in K:l, K:h, K:b, K:c).
 -- ARGV: now in ms ('' for the server's TIME), the departure in ms, '1' when a
 --   cancel may leave a hole (a shaper of one contract), then per key 11
@@ -67,7 +68,7 @@ for _, w in ipairs(work) do
     if w.actual > w.cost then
       st = alg.commit(w.p, w.st, now, 0, w.actual - w.cost)
     elseif alg.give_back then
-      st = alg.give_back(w.p, w.st, at, w.cost - math.max(w.actual, 0))
+      st = alg.give_back(w.p, w.st, now, at, w.cost - math.max(w.actual, 0))
     else
       st = w.st
     end

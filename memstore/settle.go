@@ -40,7 +40,7 @@ func (m *mem) Settle(_ context.Context, st *store.Settlement) error {
 						if st.Actual != nil {
 							used = max(st.Actual[i], 0)
 						}
-						sp.states.states[keys[i]] = gb.GiveBack(cur, st.At, st.Costs[i]-used)
+						sp.states.states[keys[i]] = gb.GiveBack(cur, st.Now, st.At, st.Costs[i]-used)
 					}
 				}
 				return

@@ -71,7 +71,7 @@ func Example_declarations() {
 	}
 	// Output:
 	// requests: 50/min burst 49, leaky-bucket
-	// input-tokens: 40000/min, trailing-window(+5.001ms)
+	// input-tokens: 40000/min burst 39996, cost-bucket
 	// requests: 5000/h, trailing-window(+5.001ms)
 	// open: 100 open at once
 	// requests: 25/s burst 5, leaky-bucket

@@ -212,12 +212,13 @@ func usedBetween(lo, hi float64) func(*rand.Rand, int64) int64 {
 func exactly(_ *rand.Rand, est int64) int64 { return est }
 
 // worlds are the partners played. The floors of minUse are what the
-// schedule reaches now, about 2 points under the least of three runs of
-// three seeds each, not the 97 % that issue 38 asks of settled tokens:
-// with calls of up to a tenth of the quota served in order, a window's
-// last room too small for the next call is lost (trailing minute
-// 95.3-97.0 %, fixed minute 95.4-96.7 %, a bucket 89.8-93.3 %, Anthropic's
-// three buckets 91.1-93.0 %, reserved at 1.5x 93.8-94.8 %).
+// schedule reaches now, 1 to 2 points under the least of three runs of
+// three seeds each. A token bucket's reaches the 97 % that issue 38 asks
+// of settled tokens (97.5-98.5 %, one bucket or Anthropic's three); a
+// window's does not: with calls of up to a tenth of the quota served in
+// order, each waiting for room for its estimate, a window's last room too
+// small for the next call is lost (trailing minute 95.3-97.0 %, fixed
+// minute 95.4-96.7 %, reserved at 1.5x 93.8-94.8 %).
 func worlds() []world {
 	return []world{{
 		name: "OpenAI: 500 RPM and 90,000 TPM, a trailing minute",
@@ -252,7 +253,7 @@ func worlds() []world {
 		name:    "Anthropic: a bucket of 40,000 tokens refilled per minute",
 		limits:  []partner.Limit{partner.Bucket("tokens", 40000, shaper.PerMinute(40000))},
 		counted: []counted{{c: &partnertest.Bucket{Capacity: 40000, Refill: 40000.0 / 60}, requests: false}},
-		clients: 64, cost: costs(50, 4000), used: usedBetween(0.3, 1), windows: 8, span: time.Minute, quota: 40000, minUse: 0.87,
+		clients: 64, cost: costs(50, 4000), used: usedBetween(0.3, 1), windows: 8, span: time.Minute, quota: 40000, minUse: 0.965,
 	}, {
 		name: "Anthropic: 1,000 RPM, 40,000 input and 8,000 output tokens per minute, each a bucket",
 		limits: []partner.Limit{
@@ -265,7 +266,7 @@ func worlds() []world {
 			{c: &partnertest.Bucket{Capacity: 40000, Refill: 40000.0 / 60}},
 			{c: &partnertest.Bucket{Capacity: 8000, Refill: 8000.0 / 60}, output: true},
 		},
-		clients: 64, cost: costs(50, 2000), output: costs(100, 800), used: usedBetween(0.3, 1), windows: 8, span: time.Minute, quota: 8000, binding: 2, minUse: 0.89,
+		clients: 64, cost: costs(50, 2000), output: costs(100, 800), used: usedBetween(0.3, 1), windows: 8, span: time.Minute, quota: 8000, binding: 2, minUse: 0.965,
 	}, {
 		name:    "a GCRA of 100/s with a burst of 10",
 		limits:  []partner.Limit{partner.Bucket("requests", 10, shaper.PerSecond(100)).PerRequest()},

@@ -182,11 +182,22 @@ func (l Limit) dimension(spread time.Duration) (shaper.Dimension, error) {
 			d.Rate, d.Algorithm = rate, shaper.LeakyBucket
 			break
 		}
-		// A bucket of a call's cost (tokens, settled when known): a
+		// A bucket of a call's cost (tokens, settled when known): the
+		// same bucket, less the spread's refill, departures in order, and
+		// what a call did not use back in the bucket for the departures
+		// granted after its settle, as the partner's bucket takes it back.
+		rate, err := bucketSchedule(l.Quota, l.Refill, spread)
+		if err != nil {
+			return fail("Refill", err.Error())
+		}
+		if rate.Burst >= 1 {
+			d.Rate, d.Algorithm = rate, shaper.CostBucket
+			break
+		}
+		// A bucket that refills all but a unit within the spread: a
 		// trailing window of its capacity over the time the refill takes
 		// to fill it. Any span of L holds at most ceil(L/that) windows, so
-		// at most the capacity plus the refill over L, which is what the
-		// partner's bucket admits; and what a call did not use comes back.
+		// at most the capacity plus the refill over L.
 		fill := float64(l.Refill.Period) * float64(l.Quota) / float64(l.Refill.Count)
 		if fill >= float64(100*365*24*time.Hour) {
 			return fail("Quota", "takes more than a century to refill")

@@ -124,6 +124,7 @@ const (
 	kindLog
 	kindQuota
 	kindTrailing
+	kindCostBucket
 )
 
 var (
@@ -147,6 +148,14 @@ var (
 	// the unused units back. TrailingWithin allows for departures that
 	// reach the partner late; package partner uses it.
 	TrailingWindow = Algorithm{kind: kindTrailing}
+	// CostBucket delays each request to its slot, up to MaxQueue, in the
+	// order they come, so that a token bucket of Burst units refilled at
+	// Count per Period always holds the cost of the next departure: the
+	// schedule of a partner that counts a bucket of a call's cost
+	// (Anthropic's tokens per minute). A settle for less than reserved puts
+	// the unused units back in the bucket, as the partner's bucket does;
+	// package partner uses it.
+	CostBucket = Algorithm{kind: kindCostBucket}
 )
 
 // TrailingWithin is TrailingWindow for requests that reach the partner up
@@ -205,6 +214,8 @@ func (a Algorithm) String() string {
 			return fmt.Sprintf("trailing-window(+%v)", a.spread)
 		}
 		return "trailing-window"
+	case kindCostBucket:
+		return "cost-bucket"
 	}
 	return "invalid"
 }
@@ -252,10 +263,20 @@ func (a Algorithm) build(r Rate, maxQueue time.Duration) (main, allow algorithms
 			return nil, nil, err
 		}
 		return q, now, nil
+	case kindCostBucket:
+		q, err := algorithms.NewCostBucket(float64(r.burst()), r.Count, r.Period, maxQueue)
+		if err != nil {
+			return nil, nil, err
+		}
+		now, err := algorithms.NewCostBucket(float64(r.burst()), r.Count, r.Period, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		return q, now, nil
 	case kindQuota:
 		alg, err = algorithms.NewQuota(count, a.cadence)
 	default:
-		return nil, nil, &ConfigError{Algorithm: "shaper", Field: "Algorithm", Value: a, Reason: "use LeakyBucket, GCRA, TokenBucket, FixedWindow, SlidingWindow, SlidingWindowLog, TrailingWindow or Quota(...)"}
+		return nil, nil, &ConfigError{Algorithm: "shaper", Field: "Algorithm", Value: a, Reason: "use LeakyBucket, GCRA, TokenBucket, FixedWindow, SlidingWindow, SlidingWindowLog, TrailingWindow, CostBucket or Quota(...)"}
 	}
 	if err != nil {
 		return nil, nil, err
@@ -265,4 +286,6 @@ func (a Algorithm) build(r Rate, maxQueue time.Duration) (main, allow algorithms
 
 // queues reports whether the algorithm grants delays (a slot later than
 // now) instead of refusing.
-func (a Algorithm) queues() bool { return a.kind == kindLeaky || a.kind == kindTrailing }
+func (a Algorithm) queues() bool {
+	return a.kind == kindLeaky || a.kind == kindTrailing || a.kind == kindCostBucket
+}

@@ -85,7 +85,7 @@ func TestTrailingWindowCopiesGiveBackOnce(t *testing.T) {
 // gave back being the newest) instead of leaving on the stale one; one
 // that wakes within the bound leaves on its slot.
 func TestLatenessRetakesALateSlot(t *testing.T) {
-	for _, alg := range []Algorithm{LeakyBucket, TrailingWindow} {
+	for _, alg := range []Algorithm{LeakyBucket, TrailingWindow, CostBucket} {
 		s, _, clock := newTest(t, PerSecond(10), WithAlgorithm(alg), WithLateness(5*time.Millisecond))
 		_ = mustReserve(t, s, "k", 1)
 		ch := waitAsync(bg, s, "k", 1) // its slot is at 100ms
