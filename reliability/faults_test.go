@@ -407,19 +407,30 @@ func runFault(t *testing.T, f fault, policy redisstore.FailurePolicy) string {
 
 	deps := rec.departures()
 	open := policy == redisstore.FailOpen && f.down
+	// From a second after recovery on, the contract as usual, on the slots
+	// Redis granted. FailOpen admits a call Redis does not answer within
+	// the store's timeout, unpaced, whenever that happens: a host starved
+	// by the other rows running beside this one can make a call time out
+	// after recovery too, which is a new outage, not the schedule Redis
+	// resumed. Such grants are counted apart.
+	settled := to.Add(max(recovered, 0) + time.Second)
+	afterDeps, lateServed := deps, 0
+	if policy == redisstore.FailOpen {
+		lateServed = between(rec.byPolicy(), settled, end)
+		afterDeps = without(deps, rec.byPolicy())
+	}
 	most, at := mostIn(deps, time.Second, start, end)
 	over := ""
 	if open { // the contract is not enforced while the server is down: check outside
 		outage, _ := mostIn(deps, time.Second, from.Add(-time.Second), to.Add(time.Second))
 		over = fmt.Sprintf("%d in the outage's busiest second", max(outage-contract, 0))
 		before, _ := mostIn(deps, time.Second, start, from.Add(-time.Second))
-		after, _ := mostIn(deps, time.Second, to.Add(max(recovered, 0)+time.Second), end)
+		after, _ := mostIn(afterDeps, time.Second, settled, end)
 		most, at = max(before, after), time.Time{}
 	} else {
 		over = fmt.Sprint(max(most-contract, 0))
 	}
-	// Steady state: from a second after recovery, the contract as usual.
-	steady, _ := mostIn(deps, time.Second, to.Add(max(recovered, 0)+time.Second), end.Add(-time.Second))
+	steady, steadyAt := mostIn(afterDeps, time.Second, settled, end.Add(-time.Second))
 	rec.mu.Lock()
 	errs := fmt.Sprint(rec.errs)
 	rec.mu.Unlock()
@@ -436,8 +447,11 @@ func runFault(t *testing.T, f fault, policy redisstore.FailurePolicy) string {
 	if most > allowed {
 		t.Errorf("%d departures in the 1 s from %v: allowed %d", most, at.Format("15:04:05.000"), allowed)
 	}
+	if lateServed > 0 {
+		t.Logf("%d departures granted by FailOpen from a second after recovery on (a call Redis did not answer in time), not counted in the steady state", lateServed)
+	}
 	if steady > contract+jitter {
-		t.Errorf("after recovery %d departures in 1 s, allowed %d", steady, contract+jitter)
+		t.Errorf("after recovery %d departures Redis granted in the 1 s from %v, allowed %d (%d granted by the policy from a second after recovery on)", steady, steadyAt.Format("15:04:05.000"), contract+jitter, lateServed)
 	}
 	if steady < faultRate/2 {
 		t.Errorf("after recovery only %d departures in the busiest second: the load did not resume", steady)

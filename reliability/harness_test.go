@@ -9,30 +9,50 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	itrace "github.com/throttlekit/throttlekit-go/internal/trace"
 	"github.com/throttlekit/throttlekit-go/redisstore"
 	"github.com/throttlekit/throttlekit-go/shaper"
 )
 
 var bg = context.Background()
 
-// recorder collects what a load run saw: each departure's instant and each
+// recorder collects what a load run saw: each departure's instant (and,
+// apart, those of slots the store's failure policy granted), and each
 // error by kind.
 type recorder struct {
-	mu   sync.Mutex
-	deps []time.Time
-	errs map[string]int
-	ok   int
+	mu     sync.Mutex
+	deps   []time.Time
+	served []time.Time // granted by the failure policy (Store.Degraded), not by Redis
+	errs   map[string]int
+	ok     int
 }
 
 func newRecorder() *recorder { return &recorder{errs: map[string]int{}} }
 
-func (r *recorder) depart(t time.Time) {
+func (r *recorder) depart(t time.Time) { r.departAs(t, false) }
+
+// departAs records a departure at t; byPolicy: its slot was granted by the
+// failure policy.
+func (r *recorder) departAs(t time.Time, byPolicy bool) {
 	r.mu.Lock()
 	r.deps = append(r.deps, t)
+	if byPolicy {
+		r.served = append(r.served, t)
+	}
 	r.ok++
 	r.mu.Unlock()
+}
+
+// byPolicy returns the departures the failure policy granted, sorted.
+func (r *recorder) byPolicy() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := slices.Clone(r.served)
+	slices.SortFunc(d, func(a, b time.Time) int { return a.Compare(b) })
+	return d
 }
 
 func errKind(err error) string {
@@ -109,11 +129,12 @@ func load(ctx context.Context, r *shaper.Shaper, key string, waiters int, rec *r
 	for range waiters {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				var byPolicy atomic.Bool
+				cctx, cancel := context.WithTimeout(itrace.With(ctx, &itrace.Hooks{Degraded: func(context.Context, string) { byPolicy.Store(true) }}), 2*time.Second)
 				res, err := r.Acquire(cctx, key, 1)
 				cancel()
 				if err == nil {
-					rec.depart(res.Time())
+					rec.departAs(res.Time(), byPolicy.Load())
 					continue
 				}
 				if ctx.Err() != nil {
@@ -125,4 +146,22 @@ func load(ctx context.Context, r *shaper.Shaper, key string, waiters int, rec *r
 		})
 	}
 	return &wg
+}
+
+// without returns the sorted deps less the sorted departures in drop (each
+// dropped once).
+func without(deps, drop []time.Time) []time.Time {
+	out := make([]time.Time, 0, len(deps))
+	j := 0
+	for _, t := range deps {
+		for j < len(drop) && drop[j].Before(t) {
+			j++
+		}
+		if j < len(drop) && drop[j].Equal(t) {
+			j++
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
 }
