@@ -15,17 +15,18 @@ import (
 //
 // Unlike the GCRA, whose schedule may grant a slot before one granted
 // earlier and so can give back only what no such slot depends on,
-// departures here only move forward in time, and what is given back is
-// added to the level after the newest departure: every departure granted
-// later sees it, none granted earlier counted on it. The only loss is the
-// bucket's cap: units given back while departures are queued ahead are
-// added only as far as none of those departures' levels would then pass
-// the capacity (the partner's bucket would have spilled them).
+// departures here only move forward in time, and what is given back comes
+// back into the bucket at the instant of the give-back: every departure
+// granted later sees it, none granted earlier counted on it. The
+// departures still ahead keep their instants, and the bucket's levels
+// before them are recomputed with the units back, capacity and all, as
+// the partner's bucket would hold them.
 //
 // State layout: [level after the newest departure, the newest departure
-// (ms), then one triple per departure still ahead of now at its commit:
-// departure (ms), the level just before it, its cost]. A cold key is a
-// full bucket.
+// (ms), then one quadruple per departure still ahead of now at the last
+// change: departure (ms), its cost, and the level and instant the bucket
+// was at before it (the departure before it, or a give-back)]. A cold key
+// is a full bucket.
 type CostBucket struct {
 	capacity float64
 	interval float64 // ms per unit
@@ -83,13 +84,33 @@ func (b *CostBucket) Delay(st State, now float64, cost int64) float64 {
 	return (base + float64((c-lvl)*b.interval)) - now
 }
 
+// stride is the length of a departure's record in the state.
+const stride = 4
+
 // ahead returns the index of the first departure still after now.
 func ahead(st State, now float64) int {
 	i := bucketHead
-	for i+2 < len(st) && st[i] <= now {
-		i += 3
+	for i+stride <= len(st) && st[i] <= now {
+		i += stride
 	}
 	return i
+}
+
+// keepAhead drops the departures at or before now.
+func keepAhead(st State, now float64) State {
+	first := ahead(st, now)
+	return st[:bucketHead+copy(st[bucketHead:], st[first:])]
+}
+
+// replay recomputes, from the level lvl at t, the levels before each
+// departure from index i on and the level after the newest.
+func (b *CostBucket) replay(st State, i int, lvl, t float64) State {
+	for ; i+stride <= len(st); i += stride {
+		st[i+2], st[i+3] = lvl, t
+		lvl, t = math.Min(b.capacity, lvl+(st[i]-t)/b.interval)-st[i+1], st[i]
+	}
+	st[0], st[1] = lvl, t
+	return st
 }
 
 // Commit takes the request's cost from the bucket at its departure,
@@ -102,65 +123,49 @@ func (b *CostBucket) Commit(st State, now, delay float64, cost int64) State {
 	if len(st) < bucketHead {
 		st = append(st[:0], b.capacity-c, at)
 		if at > now {
-			st = append(st, at, b.capacity, c)
+			st = append(st, at, c, b.capacity, at)
 		}
 		return st
 	}
 	at = math.Max(at, st[1])
-	pre := b.level(st, at)
-	first := ahead(st, now)
-	n := bucketHead + copy(st[bucketHead:], st[first:])
-	st = st[:n]
-	st[0], st[1] = pre-c, at
+	lvl, t := st[0], st[1]
+	st = keepAhead(st, now)
+	st[0], st[1] = math.Min(b.capacity, lvl+(at-t)/b.interval)-c, at
 	if at > now {
-		st = append(st, at, pre, c)
+		st = append(st, at, c, lvl, t)
 	}
 	return st
 }
 
-// GiveBack returns units (> 0) to the bucket at now, for the reservation
-// departing at at. The newest departure, still ahead and cancelled whole,
-// is undone: the next request is not held behind it. Otherwise the units
-// are added to the level after the newest departure, and to the level
-// before each departure still ahead, as far as none of those passes the
-// capacity.
+// GiveBack returns units (> 0) to the bucket for the reservation departing
+// at at. One still ahead of now and cancelled whole is taken out of the
+// schedule (the newest is undone: the next request is not held behind
+// it). Otherwise (a call settled for less) the units come back into the
+// bucket now. Either way the levels before the departures still ahead are
+// recomputed, and the departures keep their instants.
 func (b *CostBucket) GiveBack(st State, now, at float64, units int64) State {
 	if len(st) < bucketHead || units <= 0 {
 		return st
 	}
-	first := ahead(st, now)
-	n := bucketHead + copy(st[bucketHead:], st[first:])
-	st = st[:n]
+	st = keepAhead(st, now)
+	n := len(st)
 	u := float64(units)
-	if n >= bucketHead+3 && st[n-3] == at && st[1] == at && st[n-1] == u { // the newest, cancelled before it left
-		pre := st[n-2]
-		st = st[:n-3]
-		if n -= 3; n >= bucketHead+3 { // the departure before it is ahead too: back to it
-			st[0], st[1] = st[n-2]-st[n-1], st[n-3]
-			return st
+	if at > now {
+		for i := n - stride; i >= bucketHead; i -= stride {
+			if st[i] == at && st[i+1] == u { // cancelled before it left
+				lvl, t := st[i+2], st[i+3]
+				st = st[:i+copy(st[i:], st[i+stride:])]
+				return b.replay(st, i, lvl, t)
+			}
 		}
-		// None ahead: the level now was at least its level before the
-		// cancelled departure less the refill since.
-		st[0], st[1] = math.Min(b.capacity, pre-(at-now)/b.interval), now
-		return st
 	}
-	if st[1] <= now { // nothing ahead: the bucket now, with the units back
+	if n == bucketHead { // nothing ahead: the bucket now, with the units back
 		st[0], st[1] = math.Min(b.capacity, b.level(st, now)+u), now
 		return st
 	}
-	peak := st[0]
-	for i := bucketHead; i+2 < n; i += 3 {
-		peak = math.Max(peak, st[i+1])
-	}
-	g := math.Min(u, b.capacity-peak)
-	if g <= 0 {
-		return st
-	}
-	st[0] += g
-	for i := bucketHead; i+2 < n; i += 3 {
-		st[i+1] += g
-	}
-	return st
+	// The units come back now, before every departure still ahead.
+	lvl := math.Min(b.capacity, st[bucketHead+2]+(now-st[bucketHead+3])/b.interval)
+	return b.replay(st, bucketHead, math.Min(b.capacity, lvl+u), now)
 }
 
 // Status returns the units the bucket holds at now (at the newest

@@ -188,3 +188,47 @@ func TestCostBucketSettleAndCancel(t *testing.T) {
 		t.Fatalf("remaining %v, want 4.01 (4 given back, 0.01 refilled)", rem)
 	}
 }
+
+// Reservations queued on a drained bucket and then cancelled, in any
+// order, hold nothing: the next request waits as it would have without
+// them, and the bucket is left as it was (a fleet's horizon gates cancel
+// slots granted too far ahead, interleaved with the others' reservations;
+// a cancelled slot that stayed in the schedule ran a fleet's queue away
+// by seconds within seconds).
+func TestCostBucketCancelsHoldNothing(t *testing.T) {
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 9))
+		capacity := float64(50 + rng.IntN(500))
+		b := must(NewCostBucket(capacity, int64(1+rng.IntN(100)), time.Duration(100+rng.IntN(5000))*time.Millisecond, 10000*time.Hour))
+		now := 1.7e12
+		st, _, _ := Reserve(b, nil, now, int64(capacity)) // drained: no level reaches the capacity while these queue
+		for range rng.IntN(5) {
+			now += float64(rng.IntN(50))
+			st, _, _ = Reserve(b, st, now, int64(1+rng.IntN(int(capacity)/2)))
+		}
+		probe := int64(1 + rng.IntN(int(capacity)))
+		want := b.Delay(st, now, probe)
+		wantRem, _ := b.Status(st, now)
+		type held struct {
+			at   float64
+			cost int64
+		}
+		var hs []held
+		for range 1 + rng.IntN(8) {
+			cost := int64(1 + rng.IntN(int(capacity)))
+			var dec Decision
+			st, dec, _ = Reserve(b, st, now, cost)
+			hs = append(hs, held{now + dec.Wait(), cost})
+		}
+		rng.Shuffle(len(hs), func(i, j int) { hs[i], hs[j] = hs[j], hs[i] })
+		for _, h := range hs {
+			st = b.GiveBack(st, now, h.at, h.cost)
+		}
+		if got := b.Delay(st, now, probe); math.Abs(got-want) > 1e-6 {
+			t.Fatalf("seed %d: a request of %d waits %v ms after %d cancelled reservations, %v before them", seed, probe, got, len(hs), want)
+		}
+		if rem, _ := b.Status(st, now); math.Abs(rem-wantRem) > 1e-6 {
+			t.Fatalf("seed %d: %v units left after the cancels, %v before", seed, rem, wantRem)
+		}
+	}
+}

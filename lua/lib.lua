@@ -433,14 +433,28 @@ end
 
 -- Cost bucket (algorithms.CostBucket): p = {capacity, interval (ms a
 -- unit), max wait}; st = {level after the newest departure, the newest
--- departure, then per departure still ahead: departure, level before it,
--- cost}.
+-- departure, then per departure still ahead: departure, cost, and the
+-- level and instant before it}.
 local cbucket = {}
 local function cb_level(p, st, t) return math.min(p[1], st[1] + (t - st[2]) / p[2]) end
-local function cb_ahead(st, now)
+local function cb_keep_ahead(st, now)
   local i = 3
-  while i + 2 <= #st and st[i] <= now do i = i + 3 end
-  return i
+  while i + 3 <= #st and st[i] <= now do i = i + 4 end
+  local out = {st[1], st[2]}
+  for j = i, #st do out[#out + 1] = st[j] end
+  return out
+end
+local function cb_replay(p, st, i, lvl, t)
+  while i + 3 <= #st do
+    st[i + 2] = lvl
+    st[i + 3] = t
+    lvl = math.min(p[1], lvl + (st[i] - t) / p[2]) - st[i + 1]
+    t = st[i]
+    i = i + 4
+  end
+  st[1] = lvl
+  st[2] = t
+  return st
 end
 function cbucket.admissible(p, cost) return cost <= p[1] end
 function cbucket.delay(p, st, now, cost)
@@ -453,54 +467,45 @@ end
 function cbucket.commit(p, st, now, delay, cost)
   local at = now + delay
   if #st < 2 then
-    if at > now then return {p[1] - cost, at, at, p[1], cost} end
+    if at > now then return {p[1] - cost, at, at, cost, p[1], at} end
     return {p[1] - cost, at}
   end
   if st[2] > at then at = st[2] end
-  local pre = cb_level(p, st, at)
-  local out = {pre - cost, at}
-  for i = cb_ahead(st, now), #st do out[#out + 1] = st[i] end
+  local lvl, t = st[1], st[2]
+  local out = cb_keep_ahead(st, now)
+  out[1] = math.min(p[1], lvl + (at - t) / p[2]) - cost
+  out[2] = at
   if at > now then
     local n = #out
     out[n + 1] = at
-    out[n + 2] = pre
-    out[n + 3] = cost
+    out[n + 2] = cost
+    out[n + 3] = lvl
+    out[n + 4] = t
   end
   return out
 end
 function cbucket.give_back(p, st, now, at, units)
   if #st < 2 or units <= 0 then return st end
-  local out = {st[1], st[2]}
-  for i = cb_ahead(st, now), #st do out[#out + 1] = st[i] end
-  st = out
+  st = cb_keep_ahead(st, now)
   local n = #st
-  if n >= 5 and st[n - 2] == at and st[2] == at and st[n] == units then -- the newest, cancelled before it left
-    local pre = st[n - 1]
-    st[n] = nil
-    st[n - 1] = nil
-    st[n - 2] = nil
-    n = n - 3
-    if n >= 5 then
-      st[1] = st[n - 1] - st[n]
-      st[2] = st[n - 2]
-      return st
+  if at > now then
+    for i = n - 3, 3, -4 do
+      if st[i] == at and st[i + 1] == units then -- cancelled before it left
+        local lvl, t = st[i + 2], st[i + 3]
+        local out = {}
+        for j = 1, i - 1 do out[j] = st[j] end
+        for j = i + 4, n do out[#out + 1] = st[j] end
+        return cb_replay(p, out, i, lvl, t)
+      end
     end
-    st[1] = math.min(p[1], pre - (at - now) / p[2])
-    st[2] = now
-    return st
   end
-  if st[2] <= now then
+  if n == 2 then
     st[1] = math.min(p[1], cb_level(p, st, now) + units)
     st[2] = now
     return st
   end
-  local peak = st[1]
-  for i = 3, n, 3 do peak = math.max(peak, st[i + 1]) end
-  local g = math.min(units, p[1] - peak)
-  if g <= 0 then return st end
-  st[1] = st[1] + g
-  for i = 3, n, 3 do st[i + 1] = st[i + 1] + g end
-  return st
+  local lvl = math.min(p[1], st[5] + (now - st[6]) / p[2])
+  return cb_replay(p, st, 3, math.min(p[1], lvl + units), now)
 end
 function cbucket.status(p, st, now)
   if #st < 2 then return p[1], 0 end
