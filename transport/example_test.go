@@ -152,13 +152,15 @@ func ExampleWithUsageCosts() {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close() // the transport settles here
 
+	// The buckets refill as time passes: to the nearest thousand, what the
+	// call left of each (40,000 less 1,200; 8,000 less 150).
 	st, _ := s.Status(context.Background(), "claude", 1)
 	for _, d := range st.Dimensions {
 		if d.Name != "requests" {
-			fmt.Println(d.Name, "left:", d.Remaining)
+			fmt.Println(d.Name, "left, about:", (d.Remaining+500)/1000*1000)
 		}
 	}
 	// Output:
-	// input-tokens left: 38800
-	// output-tokens left: 7850
+	// input-tokens left, about: 39000
+	// output-tokens left, about: 8000
 }
