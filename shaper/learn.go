@@ -157,7 +157,7 @@ type learnedKey struct {
 	// come (out), and those waiting to take one, first come first served.
 	gmu   sync.Mutex
 	out   int
-	limit int // the last limit computed (gateSpan of the learned rate)
+	limit int // the last limit computed (this process's share of gateSpan at the learned rate)
 	queue []chan struct{}
 	// This process's tallies of the partner's answers by departure
 	// bucket (store.TallyWidth): mine, its own of the last
@@ -768,11 +768,12 @@ func (l *Learned) String() string {
 }
 
 // gateSpan is how far ahead a learning key's requests take their slots,
-// in each process: a rate learned lower applies within it.
+// fleet-wide: a rate learned lower applies within it.
 const gateSpan = 200 * time.Millisecond
 
-// gate waits until key has fewer than gateSpan's worth of slots taken and
-// not yet come in this process (at least 1), and returns the call that
+// gate waits until key has fewer slots taken and not yet come in this
+// process than its share (lk.share) of gateSpan's worth at the learned
+// rate (at least 1), and returns the call that
 // lets the next request in. A wait the learned rate says would pass
 // MaxQueue or ctx's deadline is refused at once, as a reservation's
 // would be.
@@ -786,8 +787,9 @@ func (l *learner) gate(ctx context.Context, s *Shaper, key string) (func(), erro
 	s.learnSync(ctx, c, key, now)
 	lk.mu.Lock()
 	rate := lk.st.Rate(ms, l.params(c))
+	share := lk.share(ms)
 	lk.mu.Unlock()
-	limit := max(1, int(math.Ceil(rate*gateSpan.Seconds())))
+	limit := max(1, int(math.Ceil(rate*share*gateSpan.Seconds())))
 	lk.gmu.Lock()
 	lk.limit = limit
 	lk.admitLocked()
@@ -823,6 +825,34 @@ func (l *learner) gate(ctx context.Context, s *Shaper, key string) (func(), erro
 		lk.leaveLocked()
 		return nil, ctx.Err()
 	}
+}
+
+// share is this process's share of the fleet's answers on the key in the
+// last 2 s whose tallies every process has added (1 with fewer than
+// learn.MinSample answers: a process alone, or a key just started), so
+// that the fleet, not each process, holds gateSpan of slots: a fleet of
+// four each holding gateSpan's worth held 0.8 s of slots at 20/s, all
+// sent at the old rate after a refusal, and a process's answers came in
+// bunches 0.8 s apart, after the second a refusal measures (acceptedRate)
+// had been read without them. lk.mu is held.
+func (lk *learnedKey) share(ms float64) float64 {
+	to := int64(ms/store.TallyWidth) - 3
+	from := to - int64(2000/store.TallyWidth) + 1
+	var mine, fleet int64
+	for _, t := range lk.fleet {
+		if t.Bucket >= from && t.Bucket <= to {
+			fleet += t.Answered
+		}
+	}
+	for b, t := range lk.mine {
+		if b >= from && b <= to {
+			mine += t.Answered
+		}
+	}
+	if fleet < learn.MinSample || mine >= fleet {
+		return 1
+	}
+	return float64(mine) / float64(fleet)
 }
 
 // leave lets the next request of the gate in.

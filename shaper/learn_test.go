@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -135,11 +136,12 @@ func tracksAHiddenLimit(t *testing.T, procs int) {
 				}
 			}
 			if conv < 0 && procs > 1 {
-				// Known, issue 40: under -race about 1 run in 8 (and
-				// every run of this session's fresh-clone CI) a fleet of
-				// four falls to about 73 % of the limit after a probe's
-				// refusal (the fall read from a second of climbing) and
-				// does not find it again within the phase.
+				// Known, issue 40: under -race about 1 run in 24 a fleet
+				// of four falls to about 78 % of the limit after a
+				// probe's refusal (the second it measures was mostly
+				// sent before the step: the partner's limit read from a
+				// second of climbing) and does not find it again within
+				// the phase.
 				t.Logf("phase %d (limit %v): the fleet did not converge in its %d s (issue 40)", ph, limit, per)
 				continue
 			}
@@ -165,26 +167,20 @@ func tracksAHiddenLimit(t *testing.T, procs int) {
 			// 40) are measured for a fleet of OS processes in
 			// docs/BENCHMARKS.md; on the fake clock this run guards
 			// against regressions, with a bound above its figures: one
-			// process 1.2 to 1.5 % refused, converged in 2 to 11 s; four
-			// converged in 8 to 10 s at 60/s, but in 16 s in 2 of 12 runs
-			// (a refusal late in the 20/s phase holds the probe back) and
-			// 17 s once in CI, so the guard is convergence within the
-			// phase (issue 40 asks 5 s; a fleet's is logged, see above),
-			// a phase converged with under 5 s left is not judged, and a
-			// fleet's delivery is logged, not judged; four refused 0 to 8.4 % after
-			// convergence in 20 runs (hence 10 %; it was 3.3 to 6.5 % in
-			// the few runs first measured) (the slow start's overrun counts in
-			// the first phase, the fall to 20/s in the second, a probe's
-			// overrun by the slots granted before its refusal came back
-			// in the third), 93 to 99 % delivered. Four processes refused
-			// 6.5 % and 11.3 % and never converged at 60/s before the
-			// refusals read the share accepted and the probe's first
-			// steps were made gentle.
+			// process 1.2 to 1.5 % refused, converged in 2 to 11 s. Four
+			// (64 runs, 24 of them under -race), once each process held
+			// its share of the fleet's slots, not a gateSpan each:
+			// converged in 3-4 s, 3 s and 8-14 s; then refused 0.3-0.9 %,
+			// 1.2-2.0 % and 0.9-3.3 % (the slow start's overrun counts
+			// in the first phase, a probe's overrun in the others), and
+			// delivered 96.6-100 % (before: 0-8.4 % refused, 87-100 %
+			// delivered, and 3 of 40 runs never converged at 60/s). A
+			// phase converged with under 5 s left is not judged.
 			bound := 0.03
 			if procs > 1 {
-				bound = 0.10
+				bound = 0.05
 			}
-			if share >= bound || (procs == 1 && through < 0.9) { // a fleet's delivery: see above
+			if share >= bound || through < 0.9 {
 				t.Errorf("phase %d: %.2f %% refused (want < %.0f %%), %.1f %% delivered (want >= 90 %%)", ph, 100*share, 100*bound, 100*through)
 			}
 		}
@@ -385,6 +381,80 @@ func TestNothingRemainingHoldsUntilTheReset(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A learning fleet holds about gateSpan of slots ahead in all, not in each
+// process: each process holds its share of the fleet's answers of it (at
+// least one slot), and the fleet still sends at the learned rate. Four
+// processes each holding gateSpan's worth held 16 slots at 20/s (0.8 s),
+// all sent at the old rate after a refusal.
+func TestLearningFleetHoldsAGateSpanOfSlots(t *testing.T) {
+	for _, procs := range []int{1, 4} {
+		t.Run(fmt.Sprintf("processes=%d", procs), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := memstore.New()
+				defer st.Close()
+				var shapers []*Shaper
+				for range procs {
+					// A ceiling at the start: the learned rate stays 20/s.
+					s, err := New(st, PerSecond(20), WithLearning(Learning{Start: PerSecond(20)}), WithMaxQueue(time.Minute))
+					if err != nil {
+						t.Fatal(err)
+					}
+					shapers = append(shapers, s)
+				}
+				const run, settle = 10 * time.Second, 3 * time.Second
+				start := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), run)
+				defer cancel()
+				var wg sync.WaitGroup
+				var sent atomic.Int64
+				for i := range 64 {
+					s := shapers[i%procs]
+					wg.Go(func() {
+						for ctx.Err() == nil {
+							if err := s.Wait(ctx, "p", 1); err != nil {
+								return
+							}
+							dep := time.Now()
+							if dep.Sub(start) >= settle {
+								sent.Add(1)
+							}
+							time.Sleep(20 * time.Millisecond)
+							_ = s.Learn(context.Background(), "p", Feedback{Departed: dep})
+						}
+					})
+				}
+				most := 0
+				wg.Go(func() {
+					time.Sleep(settle)
+					for ctx.Err() == nil {
+						held := 0
+						for _, s := range shapers {
+							if v, ok := s.learner.keys.Load("p"); ok {
+								lk := v.(*learnedKey)
+								lk.gmu.Lock()
+								held += lk.out
+								lk.gmu.Unlock()
+							}
+						}
+						most = max(most, held)
+						time.Sleep(10 * time.Millisecond)
+					}
+				})
+				wg.Wait()
+				// gateSpan at 20/s is 4 slots; each process rounds its
+				// share up to a whole slot.
+				if want := int(math.Ceil(20*gateSpan.Seconds())) + procs - 1; most > want {
+					t.Errorf("%d processes held up to %d slots ahead at 20/s, want at most %d", procs, most, want)
+				}
+				if n, want := sent.Load(), int64(0.95*20*(run-settle).Seconds()); n < want {
+					t.Errorf("%d processes sent %d in %v at 20/s, want at least %d", procs, n, run-settle, want)
+				}
+				t.Logf("%d processes: at most %d slots held ahead, %d sent in %v", procs, most, sent.Load(), run-settle)
+			})
+		})
 	}
 }
 

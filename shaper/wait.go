@@ -72,8 +72,9 @@ func (s *Shaper) acquire(ctx context.Context, key string, cost int64, permit int
 	}
 	if s.learner != nil {
 		// A learning key's slots are taken just in time: at most a
-		// gateSpan of them ahead in this process, so that a lower rate
-		// learned applies to every request within gateSpan.
+		// gateSpan of them ahead in the fleet (this process's share),
+		// so that a lower rate learned applies to every request within
+		// gateSpan.
 		leave, err := s.learner.gate(ctx, s, key)
 		if err != nil {
 			return Reservation{}, err
