@@ -236,7 +236,11 @@ const countSlack = 1.3
 // the fleet was sending at the rate in force, and the share holds where
 // the count reads low (answers of other processes not yet added, or not
 // yet come back; a refusal at 20.4/s against a limit of 20 found 14, and
-// each such refusal dropped the rate a third below the limit).
+// each such refusal dropped the rate a third below the limit). Where a
+// probe's step of at most 1.41 overran after the probe had climbed past
+// the limit found last, and the second was sent before the step (or
+// mostly) and all accepted, the rate is the geometric middle of the rates
+// before and at the step, at least the count.
 func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learnedKey, dep, ms float64, p learn.Params) float64 {
 	to := int64(dep/store.TallyWidth) - 3
 	from := to - int64(1000/store.TallyWidth) + 1
@@ -260,13 +264,27 @@ func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learned
 		return -1
 	}
 	counted := float64(accepted) * 1000 / (float64(to-from+1) * store.TallyWidth)
-	if start, end := float64(from)*store.TallyWidth, float64(to+1)*store.TallyWidth; lk.st.Event != learn.None && lk.st.T0 <= start {
+	st := &lk.st
+	start, end := float64(from)*store.TallyWidth, float64(to+1)*store.TallyWidth
+	if st.Event == learn.Probed && st.Step > 0 && learn.ProbeFactor(st.Step) <= math.Sqrt2 && st.Max > 0 && st.T0 > start && accepted == answered {
+		// A probe's step overran, and the second measured was sent
+		// before it, or mostly: it reads the rate before the step, which
+		// the partner took in full. Where the probe had climbed past the
+		// limit found last (the partner's limit rose), that limit lies
+		// between the two rates: the middle, not the lower end (a fleet
+		// climbing 46.9 -> 66.4/s against a limit raised to 60 found
+		// 47 and stayed at 76 % of it for the phase).
+		if before := st.Base / learn.ProbeFactor(st.Step); before > (1+learn.Same)*st.Max {
+			return max(counted, math.Sqrt(before*st.Base))
+		}
+	}
+	if st.Event != learn.None && st.T0 <= start {
 		// One rate in force throughout the second (or rising to its end,
 		// recovering): the share of it the partner accepted.
 		// The count may read up to ~30 % low; the share times the rate
 		// reads high when the fleet sent less than the rate (its
 		// callers' demand, slots still to come): the lower of the two.
-		return max(counted, min(float64(accepted)/float64(answered)*lk.st.Rate(end, p), countSlack*counted))
+		return max(counted, min(float64(accepted)/float64(answered)*st.Rate(end, p), countSlack*counted))
 	}
 	return counted
 }

@@ -13,6 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/throttlekit/throttlekit-go/internal/learn"
+	"github.com/throttlekit/throttlekit-go/internal/store"
 	"github.com/throttlekit/throttlekit-go/internal/timer"
 	"github.com/throttlekit/throttlekit-go/memstore"
 )
@@ -136,12 +138,11 @@ func tracksAHiddenLimit(t *testing.T, procs int) {
 				}
 			}
 			if conv < 0 && procs > 1 {
-				// Known, issue 40: under -race about 1 run in 24 a fleet
-				// of four falls to about 78 % of the limit after a
-				// probe's refusal (the second it measures was mostly
-				// sent before the step: the partner's limit read from a
-				// second of climbing) and does not find it again within
-				// the phase.
+				// Known, issue 40: about 1 run in 24 under -race, before
+				// a probe's refusal read the middle of the step that
+				// overran (acceptedRate), a fleet of four fell to about
+				// 76 % of the limit after a probe's refusal and did not
+				// find it again within the phase; none in 64 runs since.
 				t.Logf("phase %d (limit %v): the fleet did not converge in its %d s (issue 40)", ph, limit, per)
 				continue
 			}
@@ -167,21 +168,27 @@ func tracksAHiddenLimit(t *testing.T, procs int) {
 			// 40) are measured for a fleet of OS processes in
 			// docs/BENCHMARKS.md; on the fake clock this run guards
 			// against regressions, with a bound above its figures: one
-			// process 1.2 to 1.5 % refused, converged in 2 to 11 s. Four
-			// (64 runs, 24 of them under -race), once each process held
-			// its share of the fleet's slots, not a gateSpan each:
-			// converged in 3-4 s, 3 s and 8-14 s; then refused 0.3-0.9 %,
-			// 1.2-2.0 % and 0.9-3.3 % (the slow start's overrun counts
-			// in the first phase, a probe's overrun in the others), and
-			// delivered 96.6-100 % (before: 0-8.4 % refused, 87-100 %
-			// delivered, and 3 of 40 runs never converged at 60/s). A
-			// phase converged with under 5 s left is not judged.
-			bound := 0.03
+			// process 1.2 to 1.5 % refused (2.6-2.8 % at 60/s),
+			// converged in 2, 3 and 8-10 s. Four (64 runs, 24 of them
+			// under -race): converged in 3-4 s, 3 s and 4-18 s; then
+			// refused 0.2-1.5 %, 0.9-2.0 % and 0.2-5.4 % (the slow
+			// start's overrun counts in the first phase, a probe's
+			// overrun in the others, and at 60/s the climb's last step
+			// when the phase converged before it), and delivered
+			// 91.1-100.4 % (the least where a refusal of the climb read
+			// the middle of its last step, 56 of 60/s). Before each
+			// process held its share of the fleet's slots (not a
+			// gateSpan each), and a probe's refusal read the middle of a
+			// climb's step or kept the limit its plateau held: 0-8.4 %
+			// refused after convergence, 87-100 % delivered, and 3 of 40
+			// runs never converged at 60/s. A phase converged with under
+			// 5 s left is not judged.
+			bound, floor := 0.03, 0.9
 			if procs > 1 {
-				bound = 0.05
+				bound, floor = 0.07, 0.85
 			}
-			if share >= bound || through < 0.9 {
-				t.Errorf("phase %d: %.2f %% refused (want < %.0f %%), %.1f %% delivered (want >= 90 %%)", ph, 100*share, 100*bound, 100*through)
+			if share >= bound || through < floor {
+				t.Errorf("phase %d: %.2f %% refused (want < %.0f %%), %.1f %% delivered (want >= %.0f %%)", ph, 100*share, 100*bound, 100*through, 100*floor)
 			}
 		}
 	})
@@ -892,5 +899,58 @@ func TestAPartnersPauseHoldsAcrossAResetOfALearningKey(t *testing.T) {
 				t.Errorf("%s, %s: refused after the partner's pause ended (%v)", store, name, err)
 			}
 		}
+	}
+}
+
+// A refusal of a probe's step reads the rate the partner accepted in a
+// second that ended before the refused departure: where that second was
+// sent before the step, or mostly, and the probe had climbed past the
+// limit found last, the partner's limit lies between the rate before the
+// step and the step, and the refusal reads the middle; a step near the
+// limit found (within learn.Same), a doubling step (its refusal falls back
+// to half the step, learn.State.Refuse), or a second in which the partner
+// refused, reads the count; a second sent after the step, the share of
+// the step's rate the partner accepted.
+func TestAProbesRefusalReadsTheMiddleOfAClimb(t *testing.T) {
+	ctx := context.Background()
+	const dep = 100_000.0 // ms; the second measured is [98500, 99500)
+	for _, c := range []struct {
+		name          string
+		step          int
+		base, max, t0 float64
+		refused       int
+		want          float64
+	}{
+		{"climbed past the limit found", 4, 66.4, 22, 99_200, 0, math.Sqrt(66.4 / math.Sqrt2 * 66.4)},
+		{"the first step above the limit found", 1, 44, 40, 99_200, 0, 47},
+		{"a doubling step", 5, 123, 22, 99_200, 0, 47},
+		{"the step before the second measured: the share of its rate, within countSlack", 4, 66.4, 22, 98_400, 0, countSlack * 47},
+		{"a refusal in the second measured", 4, 66.4, 22, 99_200, 1, 46},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := memstore.New()
+			defer st.Close()
+			s, err := New(st, PerSecond(200), WithLearning(Learning{Start: PerSecond(10)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := s.live()
+			ks, err := s.keysOf(cfg, "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lk := s.learner.key("p", time.UnixMilli(int64(dep)))
+			lk.mu.Lock()
+			defer lk.mu.Unlock()
+			lk.st = learn.State{Ver: 9, Event: learn.Probed, Step: c.step, Base: c.base, Max: c.max, Found: c.max, T0: c.t0, HoldFrom: c.t0}
+			for i := range 47 {
+				lk.record(98_500+float64(i)*1000/47, i >= c.refused)
+			}
+			l := &store.Learned{Base: s.cfg.prefix, Key: "p", KeySet: ks}
+			got := s.acceptedRate(ctx, l, lk, dep, dep+20, s.learner.params(cfg))
+			if math.Abs(got-c.want) > 0.01 {
+				t.Errorf("read %.2f/s, want %.2f", got, c.want)
+			}
+		})
 	}
 }

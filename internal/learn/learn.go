@@ -13,6 +13,9 @@
 //     (Max): the share of the requests of the last second the partner
 //     accepted, times the rate they were sent at, so a partner whose limit
 //     halves is matched in one step, not in several multiplicative ones;
+//     a refusal of the probe's first step finding at most Same above the
+//     limit its plateau held keeps that limit (the partner's burst let
+//     the step through for a while, and the count read it);
 //   - the recovery: linearly back to Keep*Max within Recover;
 //   - the plateau: Keep*Max for Plateau*2^Level, where Level counts the
 //     refusals in a row that found the same limit (within Same): a stable
@@ -227,6 +230,18 @@ func (s *State) Refuse(now, departed, accepted float64, p Params) bool {
 	found := lo // not measured: AIMD's halving, or the rate before the step
 	if accepted >= 0 {
 		found = min(max(accepted, lo), r)
+	}
+	if s.Event == Probed && s.Step == 1 && s.Max > 0 && found > s.Max && found <= (1+Same)*s.Max {
+		// The probe's first step, just above the limit its plateau
+		// held without a refusal, was refused, and found the partner
+		// accepting a little more than that limit: the same limit,
+		// and the count read the partner's burst, which let the step
+		// through for a while (a bucket of 5 at 40/s took 42.7 in the
+		// second measured, and the plateau at 97 % of that drew a
+		// refusal). The limit stays. (A refusal of a later step says
+		// the first was accepted: a limit raised by less than Same
+		// is found so.)
+		found = s.Max
 	}
 	found = clampRate(found, p)
 	// A new overload: Level compares with the Max before it.

@@ -512,3 +512,47 @@ func TestARefusedStepFallsBackToTheRateBeforeIt(t *testing.T) {
 		t.Fatalf("a measured 10/s after a step from 60: found %v, want 60", st.Found)
 	}
 }
+
+// A refusal of the probe's first step that finds the partner accepting a
+// little more (within Same) than the limit its plateau held without a
+// refusal keeps that limit: the count read the partner's burst, which let
+// the step through for a while. One that finds less, or a refusal of a
+// later step (the first was accepted: a limit raised a little), takes
+// what it found.
+func TestAProbesRefusalKeepsTheLimitItsPlateauHeld(t *testing.T) {
+	t.Parallel()
+	plateau := State{Ver: 1, Base: 18, Max: 20, T0: 0, Event: Refused, Found: 20}
+	stepped := func(steps int) (State, float64) {
+		st, now := plateau, Recover+Plateau
+		for range steps {
+			if !st.Probe(now, accepting(now, st.Rate(now, p)), p) {
+				t.Fatalf("no step at %v: %+v", now, st)
+			}
+			now += 3000
+		}
+		return st, now
+	}
+	for _, c := range []struct {
+		steps             int
+		accepted, wantMax float64
+		sameLimit         bool
+	}{
+		{steps: 1, accepted: 21, wantMax: 20, sameLimit: true},
+		{steps: 1, accepted: 19, wantMax: 19, sameLimit: true},
+		{steps: 2, accepted: 22.5, wantMax: 22.5, sameLimit: true},
+		{steps: 2, accepted: 25, wantMax: 25},
+		{steps: 2, accepted: 15, wantMax: 15.05}, // half the rate in force at least
+	} {
+		st, now := stepped(c.steps)
+		r := st.Rate(now, p)
+		if !st.Refuse(now, now, c.accepted, p) {
+			t.Fatalf("%+v: the refusal changed nothing", c)
+		}
+		if math.Abs(st.Max-c.wantMax) > 0.05 {
+			t.Errorf("step %d at %.1f/s, a refusal finding %v accepted: Max %v, want %v", c.steps, r, c.accepted, st.Max, c.wantMax)
+		}
+		if c.sameLimit != (st.Level == 1) {
+			t.Errorf("step %d, a refusal finding %v accepted: Level %d (the same limit found: %v)", c.steps, c.accepted, st.Level, c.sameLimit)
+		}
+	}
+}
