@@ -67,18 +67,47 @@ func TestLearningTracksAHiddenLimit(t *testing.T) {
 // the fleet's tallies every learnEvery), 64 callers among them. In a
 // fleet the count of accepted answers a refusal reads came up 15-40 %
 // short, and each refusal dropped the rate a third under the limit.
+// learningFleet returns procs shapers on st, each a process of a fleet
+// learning from start/s under a contract of ceiling/s.
+func learningFleet(t *testing.T, st *memstore.Store, procs int, ceiling, start int64) []*Shaper {
+	t.Helper()
+	var shapers []*Shaper
+	for range procs {
+		s, err := New(st, PerSecond(ceiling), WithLearning(Learning{Start: PerSecond(start)}), WithMaxQueue(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shapers = append(shapers, s)
+	}
+	return shapers
+}
+
+// fleetCalls starts 64 callers spread over the fleet's shapers, each until
+// ctx ends waiting for a slot on key "p", sending the request (send
+// reports whether the partner accepted it), and telling its shaper the
+// answer when it comes back, 20 ms later.
+func fleetCalls(ctx context.Context, wg *sync.WaitGroup, shapers []*Shaper, send func(dep time.Time) bool) {
+	for i := range 64 {
+		s := shapers[i%len(shapers)]
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if err := s.Wait(ctx, "p", 1); err != nil {
+					return
+				}
+				dep := time.Now()
+				ok := send(dep)
+				time.Sleep(20 * time.Millisecond) // the response's way back
+				_ = s.Learn(context.Background(), "p", Feedback{Departed: dep, Refused: !ok})
+			}
+		})
+	}
+}
+
 func tracksAHiddenLimit(t *testing.T, procs int) {
 	synctest.Test(t, func(t *testing.T) {
 		st := memstore.New()
 		defer st.Close()
-		var shapers []*Shaper
-		for range procs {
-			s, err := New(st, PerSecond(200), WithLearning(Learning{Start: PerSecond(10)}), WithMaxQueue(time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			shapers = append(shapers, s)
-		}
+		shapers := learningFleet(t, st, procs, 200, 10)
 		partner := &hiddenPartner{rate: 40, burst: 5}
 		start := time.Now()
 		phase := 20 * time.Second
@@ -88,23 +117,13 @@ func tracksAHiddenLimit(t *testing.T, procs int) {
 		var mu sync.Mutex
 		var log []outcome
 		var wg sync.WaitGroup
-		for i := range 64 {
-			s := shapers[i%procs]
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					if err := s.Wait(ctx, "p", 1); err != nil {
-						return
-					}
-					dep := time.Now()
-					ok := partner.admit(dep)
-					mu.Lock()
-					log = append(log, outcome{dep, ok})
-					mu.Unlock()
-					time.Sleep(20 * time.Millisecond) // the response's way back
-					_ = s.Learn(context.Background(), "p", Feedback{Departed: dep, Refused: !ok})
-				}
-			})
-		}
+		fleetCalls(ctx, &wg, shapers, func(dep time.Time) bool {
+			ok := partner.admit(dep)
+			mu.Lock()
+			log = append(log, outcome{dep, ok})
+			mu.Unlock()
+			return ok
+		})
 		wg.Go(func() {
 			for i := 1; i < len(limits); i++ {
 				time.Sleep(time.Until(start.Add(time.Duration(i) * phase)))
@@ -402,37 +421,20 @@ func TestLearningFleetHoldsAGateSpanOfSlots(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				st := memstore.New()
 				defer st.Close()
-				var shapers []*Shaper
-				for range procs {
-					// A ceiling at the start: the learned rate stays 20/s.
-					s, err := New(st, PerSecond(20), WithLearning(Learning{Start: PerSecond(20)}), WithMaxQueue(time.Minute))
-					if err != nil {
-						t.Fatal(err)
-					}
-					shapers = append(shapers, s)
-				}
+				// A ceiling at the start: the learned rate stays 20/s.
+				shapers := learningFleet(t, st, procs, 20, 20)
 				const run, settle = 10 * time.Second, 3 * time.Second
 				start := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), run)
 				defer cancel()
 				var wg sync.WaitGroup
 				var sent atomic.Int64
-				for i := range 64 {
-					s := shapers[i%procs]
-					wg.Go(func() {
-						for ctx.Err() == nil {
-							if err := s.Wait(ctx, "p", 1); err != nil {
-								return
-							}
-							dep := time.Now()
-							if dep.Sub(start) >= settle {
-								sent.Add(1)
-							}
-							time.Sleep(20 * time.Millisecond)
-							_ = s.Learn(context.Background(), "p", Feedback{Departed: dep})
-						}
-					})
-				}
+				fleetCalls(ctx, &wg, shapers, func(dep time.Time) bool {
+					if dep.Sub(start) >= settle {
+						sent.Add(1)
+					}
+					return true
+				})
 				most := 0
 				wg.Go(func() {
 					time.Sleep(settle)
