@@ -209,23 +209,9 @@ func TestCostBucketCancelsHoldNothing(t *testing.T) {
 		probe := int64(1 + rng.IntN(int(capacity)))
 		want := b.Delay(st, now, probe)
 		wantRem, _ := b.Status(st, now)
-		type held struct {
-			at   float64
-			cost int64
-		}
-		var hs []held
-		for range 1 + rng.IntN(8) {
-			cost := int64(1 + rng.IntN(int(capacity)))
-			var dec Decision
-			st, dec, _ = Reserve(b, st, now, cost)
-			hs = append(hs, held{now + dec.Wait(), cost})
-		}
-		rng.Shuffle(len(hs), func(i, j int) { hs[i], hs[j] = hs[j], hs[i] })
-		for _, h := range hs {
-			st = b.GiveBack(st, now, h.at, h.cost)
-		}
+		st, held := reserveThenCancel(b, st, now, int(capacity), rng)
 		if got := b.Delay(st, now, probe); math.Abs(got-want) > 1e-6 {
-			t.Fatalf("seed %d: a request of %d waits %v ms after %d cancelled reservations, %v before them", seed, probe, got, len(hs), want)
+			t.Fatalf("seed %d: a request of %d waits %v ms after %d cancelled reservations, %v before them", seed, probe, got, held, want)
 		}
 		if rem, _ := b.Status(st, now); math.Abs(rem-wantRem) > 1e-6 {
 			t.Fatalf("seed %d: %v units left after the cancels, %v before", seed, rem, wantRem)

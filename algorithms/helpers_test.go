@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -68,3 +69,29 @@ func must[T any](v T, err error) T {
 // TestMain checks that no test leaves a goroutine behind (the Lua
 // conformance test's Redis clients included).
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// reserveThenCancel reserves 1 to 8 requests of 1 to maxCost units at now,
+// then cancels each whole (GiveBack at now) in a random order: a schedule
+// whose cancels hold nothing is left as it was. It returns the state and
+// how many it cancelled.
+func reserveThenCancel(a interface {
+	Algorithm
+	GiveBacker
+}, st State, now float64, maxCost int, rng *rand.Rand) (State, int) {
+	type held struct {
+		at   float64
+		cost int64
+	}
+	var hs []held
+	for range 1 + rng.IntN(8) {
+		cost := int64(1 + rng.IntN(maxCost))
+		var dec Decision
+		st, dec, _ = Reserve(a, st, now, cost)
+		hs = append(hs, held{now + dec.Wait(), cost})
+	}
+	rng.Shuffle(len(hs), func(i, j int) { hs[i], hs[j] = hs[j], hs[i] })
+	for _, h := range hs {
+		st = a.GiveBack(st, now, h.at, h.cost)
+	}
+	return st, len(hs)
+}

@@ -131,23 +131,9 @@ func TestTrailingLogCancelsHoldNothing(t *testing.T) {
 			return out
 		}
 		before := live(slices.Clone(st))
-		type held struct {
-			at   float64
-			cost int64
-		}
-		var hs []held
-		for range 1 + rng.IntN(8) {
-			cost := int64(1 + rng.IntN(int(limit)))
-			var dec Decision
-			st, dec, _ = Reserve(l, st, now, cost)
-			hs = append(hs, held{now + dec.Wait(), cost})
-		}
-		rng.Shuffle(len(hs), func(i, j int) { hs[i], hs[j] = hs[j], hs[i] })
-		for _, h := range hs {
-			st = l.GiveBack(st, 0, h.at, h.cost)
-		}
+		st, held := reserveThenCancel(l, st, now, int(limit), rng)
 		if got := l.Delay(st, now, probe); got > want+l.tolerance+1e-3 {
-			t.Fatalf("seed %d: a request of %d waits %v ms after %d cancelled reservations, %v before them", seed, probe, got, len(hs), want)
+			t.Fatalf("seed %d: a request of %d waits %v ms after %d cancelled reservations, %v before them", seed, probe, got, held, want)
 		}
 		if after := live(st); !slices.Equal(after, before) {
 			t.Fatalf("seed %d: the departures changed: %v, were %v", seed, after, before)

@@ -266,7 +266,7 @@ func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learned
 	counted := float64(accepted) * 1000 / (float64(to-from+1) * store.TallyWidth)
 	st := &lk.st
 	start, end := float64(from)*store.TallyWidth, float64(to+1)*store.TallyWidth
-	if st.Event == learn.Probed && st.Step > 0 && learn.ProbeFactor(st.Step) <= math.Sqrt2 && st.Max > 0 && st.T0 > start && accepted == answered {
+	if f := learn.ProbeFactor(st.Step); st.Event == learn.Probed && st.Step > 0 && f <= math.Sqrt2 && st.Max > 0 && st.T0 > start && accepted == answered {
 		// A probe's step overran, and the second measured was sent
 		// before it, or mostly: it reads the rate before the step, which
 		// the partner took in full. Where the probe had climbed past the
@@ -274,7 +274,7 @@ func (s *Shaper) acceptedRate(ctx context.Context, l *store.Learned, lk *learned
 		// between the two rates: the middle, not the lower end (a fleet
 		// climbing 46.9 -> 66.4/s against a limit raised to 60 found
 		// 47 and stayed at 76 % of it for the phase).
-		if before := st.Base / learn.ProbeFactor(st.Step); before > (1+learn.Same)*st.Max {
+		if before := st.Base / f; before > (1+learn.Same)*st.Max {
 			return max(counted, math.Sqrt(before*st.Base))
 		}
 	}
